@@ -1,0 +1,256 @@
+"""The GPT-OSS model in one file.
+
+Per layer: RMSNorm -> attention (QKV with biases, GQA, YaRN RoPE, per-head learned sinks, a sliding
+window of 128 on the even layers) -> residual -> RMSNorm -> MoE (router logits -> top-4 -> softmax over
+those four -> clamped SwiGLU experts with biases) -> residual. Final RMSNorm and an untied unembedding.
+
+Tensors are flat over tokens ([num_tokens, hidden]); sequences are told apart by `AttentionMetadata`.
+Parameter names follow the Hugging Face checkpoints, except that q/k/v are fused into `qkv_proj`
+(one GEMV instead of three at decode time; the loader concatenates them).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gossamer.config import ModelConfig
+from gossamer.model.rope import cos_sin_table
+from gossamer.ops.base import FULL_GROUP, SLIDING_GROUP, AttentionMetadata, ExpertWeights, Ops
+
+
+def _weight(*shape: int, dtype: torch.dtype) -> nn.Parameter:
+    # Uninitialised: weights come from a checkpoint or the dummy initialiser.
+    return nn.Parameter(torch.empty(*shape, dtype=dtype), requires_grad=False)
+
+
+def kv_cache_index(config: ModelConfig, layer: int) -> tuple[int, int]:
+    """(cache group, index of the layer inside its group) for one layer."""
+    group = SLIDING_GROUP if config.is_sliding(layer) else FULL_GROUP
+    index = sum(1 for i in range(layer) if config.is_sliding(i) == config.is_sliding(layer))
+    return group, index
+
+
+def layers_per_group(config: ModelConfig) -> int:
+    """First dimension of the KV cache tensor: the larger of the two groups' layer counts."""
+    sliding = sum(config.is_sliding(i) for i in range(config.num_hidden_layers))
+    return max(sliding, config.num_hidden_layers - sliding)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, ops: Ops, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.config = config
+        self.ops = ops
+        hidden, q_size, kv_size = config.hidden_size, config.q_size, config.kv_size
+        self.qkv_proj = nn.Module()
+        self.qkv_proj.weight = _weight(q_size + 2 * kv_size, hidden, dtype=dtype)
+        self.qkv_proj.bias = _weight(q_size + 2 * kv_size, dtype=dtype)
+        self.o_proj = nn.Module()
+        self.o_proj.weight = _weight(hidden, q_size, dtype=dtype)
+        self.o_proj.bias = _weight(hidden, dtype=dtype)
+        self.sinks = _weight(config.num_attention_heads, dtype=torch.float32)
+        self.group, self.cache_index = kv_cache_index(config, layer)
+        self.sliding_window = config.sliding_window if config.is_sliding(layer) else None
+        self.scale = config.head_dim**-0.5
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden]
+        positions: torch.Tensor,  # [T]
+        cos_sin: torch.Tensor,  # [max_pos, head_dim]
+        metadata: AttentionMetadata,
+        kv_cache: torch.Tensor,  # [layers_per_group, 2, blocks, block_size, kv_heads, head_dim]
+    ) -> torch.Tensor:
+        cfg, ops = self.config, self.ops
+        qkv = ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+        q = q.view(-1, cfg.num_attention_heads, cfg.head_dim)
+        k = k.view(-1, cfg.num_key_value_heads, cfg.head_dim)
+        v = v.view(-1, cfg.num_key_value_heads, cfg.head_dim)
+        q, k = ops.rope(q, k, positions, cos_sin)
+        layer_cache = kv_cache[self.cache_index]
+        ops.write_kv(k, v, layer_cache, metadata.slot_mapping[self.group])
+        out = ops.attention(
+            q, layer_cache, metadata, self.group, self.sinks, self.scale, self.sliding_window
+        )
+        return ops.linear(out.flatten(1), self.o_proj.weight, self.o_proj.bias)
+
+
+class Experts(nn.Module):
+    """All experts of a layer, MXFP4-packed (published checkpoints, dummy weights) or dense."""
+
+    def __init__(self, config: ModelConfig, mxfp4: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        num_experts, hidden = config.num_local_experts, config.hidden_size
+        inter = config.intermediate_size
+        self.mxfp4 = mxfp4
+        self.gate_up_proj_bias = _weight(num_experts, 2 * inter, dtype=dtype)
+        self.down_proj_bias = _weight(num_experts, hidden, dtype=dtype)
+        if mxfp4:
+            self.register_buffer("gate_up_proj_blocks", _blocks(num_experts, 2 * inter, hidden))
+            self.register_buffer("gate_up_proj_scales", _scales(num_experts, 2 * inter, hidden))
+            self.register_buffer("down_proj_blocks", _blocks(num_experts, hidden, inter))
+            self.register_buffer("down_proj_scales", _scales(num_experts, hidden, inter))
+        else:
+            # NOTE: stored [E, out, in], the transpose of the Hugging Face [E, in, out] tensors.
+            self.gate_up_proj = _weight(num_experts, 2 * inter, hidden, dtype=dtype)
+            self.down_proj = _weight(num_experts, hidden, inter, dtype=dtype)
+
+    def weights(self) -> ExpertWeights:
+        if self.mxfp4:
+            return ExpertWeights(
+                gate_up_bias=self.gate_up_proj_bias,
+                down_bias=self.down_proj_bias,
+                gate_up_blocks=self.gate_up_proj_blocks,
+                gate_up_scales=self.gate_up_proj_scales,
+                down_blocks=self.down_proj_blocks,
+                down_scales=self.down_proj_scales,
+            )
+        return ExpertWeights(
+            gate_up_bias=self.gate_up_proj_bias,
+            down_bias=self.down_proj_bias,
+            gate_up_dense=self.gate_up_proj,
+            down_dense=self.down_proj,
+        )
+
+
+def _blocks(num_experts: int, rows: int, cols: int) -> torch.Tensor:
+    """MXFP4 blocks of a [rows, cols] matrix per expert: [E, rows, cols/32, 16] uint8."""
+    return torch.empty(num_experts, rows, cols // 32, 16, dtype=torch.uint8)
+
+
+def _scales(num_experts: int, rows: int, cols: int) -> torch.Tensor:
+    """MXFP4 scales of a [rows, cols] matrix per expert: [E, rows, cols/32] uint8."""
+    return torch.empty(num_experts, rows, cols // 32, dtype=torch.uint8)
+
+
+class MoE(nn.Module):
+    def __init__(self, config: ModelConfig, ops: Ops, mxfp4: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.config = config
+        self.ops = ops
+        self.router = nn.Module()
+        self.router.weight = _weight(config.num_local_experts, config.hidden_size, dtype=dtype)
+        self.router.bias = _weight(config.num_local_experts, dtype=dtype)
+        self.experts = Experts(config, mxfp4, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
+        cfg = self.config
+        router_logits = self.ops.linear(x, self.router.weight, self.router.bias)  # [T, E]
+        return self.ops.moe(
+            x,
+            router_logits,
+            self.experts.weights(),
+            cfg.num_experts_per_tok,
+            cfg.swiglu_limit,
+            cfg.swiglu_alpha,
+        )
+
+
+class DecoderLayer(nn.Module):
+    def __init__(
+        self, config: ModelConfig, layer: int, ops: Ops, mxfp4: bool, dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.ops = ops
+        self.eps = config.rms_norm_eps
+        self.input_layernorm = nn.Module()
+        self.input_layernorm.weight = _weight(config.hidden_size, dtype=torch.float32)
+        self.self_attn = Attention(config, layer, ops, dtype)
+        self.post_attention_layernorm = nn.Module()
+        self.post_attention_layernorm.weight = _weight(config.hidden_size, dtype=torch.float32)
+        self.mlp = MoE(config, ops, mxfp4, dtype)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        metadata: AttentionMetadata,
+        kv_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x, residual = self.ops.rms_norm(hidden, self.input_layernorm.weight, self.eps, residual)
+        x = self.self_attn(x, positions, cos_sin, metadata, kv_cache)
+        x, residual = self.ops.rms_norm(x, self.post_attention_layernorm.weight, self.eps, residual)
+        return self.mlp(x), residual
+
+
+class GptOssModel(nn.Module):
+    def __init__(self, config: ModelConfig, ops: Ops, mxfp4: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Module()
+        self.embed_tokens.weight = _weight(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, ops, mxfp4, dtype) for i in range(config.num_hidden_layers)
+        )
+        self.norm = nn.Module()
+        self.norm.weight = _weight(config.hidden_size, dtype=torch.float32)
+
+
+class GptOssForCausalLM(nn.Module):
+    """Build under `torch.device(...)` to allocate the weights there (meta for counting)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        ops: Ops,
+        *,
+        mxfp4: bool = True,
+        dtype: torch.dtype = torch.bfloat16,
+        max_model_len: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.ops = ops
+        self.dtype = dtype
+        self.mxfp4 = mxfp4
+        self.max_model_len = max_model_len or config.max_position_embeddings
+        self.model = GptOssModel(config, ops, mxfp4, dtype)
+        self.lm_head = nn.Module()
+        self.lm_head.weight = _weight(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.cos_sin: torch.Tensor | None = None  # built on first use, on the weights' device
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def rope_table(self) -> torch.Tensor:
+        if self.cos_sin is None or self.cos_sin.device != self.device:
+            self.cos_sin = cos_sin_table(self.config, self.max_model_len, self.device)
+        return self.cos_sin
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int
+        positions: torch.Tensor,  # [T] int
+        metadata: AttentionMetadata,
+        kv_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run all layers; returns the final-normed hidden states [T, hidden]."""
+        inner = self.model
+        hidden = inner.embed_tokens.weight[input_ids]
+        cos_sin = self.rope_table()
+        residual = None
+        for layer in inner.layers:
+            hidden, residual = layer(hidden, residual, positions, cos_sin, metadata, kv_cache)
+        hidden, _ = self.ops.rms_norm(hidden, inner.norm.weight, self.config.rms_norm_eps, residual)
+        return hidden
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab]
+        return self.ops.linear(hidden, self.lm_head.weight, None).float()
+
+    def allocate_kv_cache(
+        self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
+        cfg = self.config
+        shape = (
+            layers_per_group(cfg),
+            2,
+            num_blocks,
+            block_size,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        )
+        return torch.zeros(shape, dtype=dtype or self.dtype, device=self.device)

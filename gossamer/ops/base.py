@@ -1,0 +1,139 @@
+"""The op interface the model calls for its heavy work.
+
+The model (gossamer/model/gpt_oss.py) never calls a kernel directly: it calls these methods on an `Ops`
+object. `TorchOps` (ops/torch_ref.py) is the readable CPU implementation and the test oracle; the GPU
+backend (ops/triton.py) implements the same methods with Triton kernels.
+
+Token layout: every op works on a flat batch of tokens from many sequences ("varlen"), described by
+`AttentionMetadata`. Sequence s owns query tokens query_start_loc[s]:query_start_loc[s+1]; its last
+query token sits at position seq_lens[s] - 1, so query token j of a sequence with query length q sits at
+position seq_lens[s] - q + j.
+
+KV cache layout: two cache groups share one block pool, group FULL_GROUP for full-attention layers and
+SLIDING_GROUP for sliding-window layers. Storage is one tensor
+    kv_cache: [layers_per_group, 2, num_blocks, block_size, num_kv_heads, head_dim]
+and layer l uses kv_cache[index_in_group(l)] (a [2, num_blocks, block_size, kv_heads, head_dim] view,
+K at [0], V at [1]) with the block table and slot mapping of its group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+FULL_GROUP = 0
+SLIDING_GROUP = 1
+
+
+@dataclass
+class AttentionMetadata:
+    query_start_loc: torch.Tensor  # [num_seqs + 1] int32, on the model's device
+    seq_lens: torch.Tensor  # [num_seqs] int32: context length after this step (cached + new)
+    # Per cache group (indexed by FULL_GROUP / SLIDING_GROUP):
+    slot_mapping: tuple[torch.Tensor, ...]  # [num_tokens] int64: block_id * block_size + offset
+    block_tables: tuple[torch.Tensor, ...]  # [num_seqs, max_blocks_per_seq] int32; 0 = null block
+    max_query_len: int
+    max_seq_len: int
+    # Host copies so that reference code can loop without device syncs.
+    query_lens_host: tuple[int, ...] = ()
+    seq_lens_host: tuple[int, ...] = ()
+
+    @property
+    def num_seqs(self) -> int:
+        return self.seq_lens.shape[0]
+
+
+@dataclass
+class ExpertWeights:
+    """All experts of one MoE layer.
+
+    MXFP4 (the published format): `*_blocks` [E, out, in/32, 16] uint8, two e2m1 values per byte,
+    low nibble = even element; `*_scales` [E, out, in/32] uint8 e8m0 exponents (value = 2^(s-127)).
+    Dense (bf16/fp32 checkpoints): `*_dense` [E, out, in]. Exactly one of the two forms is set.
+    gate_up rows interleave gate (even rows) and up (odd rows).
+    """
+
+    gate_up_bias: torch.Tensor  # [E, 2 * intermediate]
+    down_bias: torch.Tensor  # [E, hidden]
+    gate_up_blocks: torch.Tensor | None = None  # [E, 2I, H/32, 16] uint8
+    gate_up_scales: torch.Tensor | None = None  # [E, 2I, H/32] uint8
+    down_blocks: torch.Tensor | None = None  # [E, H, I/32, 16] uint8
+    down_scales: torch.Tensor | None = None  # [E, H, I/32] uint8
+    gate_up_dense: torch.Tensor | None = None  # [E, 2I, H]
+    down_dense: torch.Tensor | None = None  # [E, H, I]
+
+    @property
+    def is_mxfp4(self) -> bool:
+        return self.gate_up_blocks is not None
+
+
+class Ops(Protocol):
+    """What a backend must implement. Shapes: T tokens, H hidden, Hq/Hkv heads, D head_dim."""
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """x [T, in] @ weight[out, in].T + bias -> [T, out]."""
+        ...
+
+    def rms_norm(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """With a residual: h = x + residual; returns (rms_norm(h) * weight, h).
+        Without: returns (rms_norm(x) * weight, x). The norm is computed in float32."""
+        ...
+
+    def rope(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q [T, Hq, D] and k [T, Hkv, D] (half-split, not interleaved) by the float32
+        cos_sin [max_pos, D] table (cos in [:, :D/2], sin in [:, D/2:], YaRN scaling folded in)."""
+        ...
+
+    def write_kv(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Store k, v [T, Hkv, D] at slots of kv_cache [2, num_blocks, block_size, Hkv, D]."""
+        ...
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+        group: int,
+        sinks: torch.Tensor,
+        scale: float,
+        sliding_window: int | None,
+    ) -> torch.Tensor:
+        """Causal attention of q [T, Hq, D] over the paged cache (which already holds this step's
+        keys). Per-head learned sinks [Hq] join the softmax as an extra logit and are dropped after.
+        A sliding window w lets position p see keys p-w+1..p. Returns [T, Hq, D]."""
+        ...
+
+    def moe(
+        self,
+        x: torch.Tensor,
+        router_logits: torch.Tensor,
+        experts: ExpertWeights,
+        top_k: int,
+        swiglu_limit: float,
+        swiglu_alpha: float,
+    ) -> torch.Tensor:
+        """Route each token of x [T, H] to the top_k experts of router_logits [T, E] (softmax over
+        the chosen logits), apply the clamped SwiGLU experts and sum with the routing weights."""
+        ...

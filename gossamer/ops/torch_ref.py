@@ -1,0 +1,159 @@
+"""Pure-torch implementation of the op interface: readable, runs anywhere, and the oracle that the
+Triton kernels are tested against."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gossamer.model import mxfp4
+from gossamer.ops.base import AttentionMetadata, ExpertWeights
+
+
+class TorchOps:
+    name = "torch"
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
+    def rms_norm(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = x if residual is None else x + residual
+        h32 = hidden.float()
+        normed = h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + eps)
+        return (weight.float() * normed).to(x.dtype), hidden
+
+    def rope(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        table = cos_sin[positions]  # [T, D]
+        cos, sin = table.chunk(2, dim=-1)  # [T, D/2] each
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+    def write_kv(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        keep = slot_mapping >= 0  # -1 marks tokens whose KV is not stored (padding)
+        slots = slot_mapping[keep]
+        _, num_blocks, block_size, heads, dim = kv_cache.shape
+        flat = kv_cache.view(2, num_blocks * block_size, heads, dim)
+        flat[0, slots] = k[keep].to(kv_cache.dtype)
+        flat[1, slots] = v[keep].to(kv_cache.dtype)
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+        group: int,
+        sinks: torch.Tensor,
+        scale: float,
+        sliding_window: int | None,
+    ) -> torch.Tensor:
+        out = torch.empty_like(q)
+        starts = metadata.query_start_loc.tolist()
+        seq_lens = metadata.seq_lens_host or tuple(metadata.seq_lens.tolist())
+        block_table = metadata.block_tables[group]
+        for seq, seq_len in enumerate(seq_lens):
+            begin, end = starts[seq], starts[seq + 1]
+            if end == begin:
+                continue
+            out[begin:end] = _sequence_attention(
+                q[begin:end], kv_cache, block_table[seq], seq_len, sinks, scale, sliding_window
+            )
+        return out
+
+    def moe(
+        self,
+        x: torch.Tensor,
+        router_logits: torch.Tensor,
+        experts: ExpertWeights,
+        top_k: int,
+        swiglu_limit: float,
+        swiglu_alpha: float,
+    ) -> torch.Tensor:
+        top_logits, top_ids = torch.topk(router_logits, top_k, dim=-1)  # [T, k]
+        weights = torch.softmax(top_logits, dim=-1)
+        out = torch.zeros_like(x)
+        for expert in torch.unique(top_ids).tolist():
+            token_idx, slot = torch.where(top_ids == expert)
+            gate_up_w, down_w = expert_matrices(experts, expert, x.dtype)
+            gate_up = F.linear(x[token_idx], gate_up_w, experts.gate_up_bias[expert])
+            hidden = swiglu(gate_up, swiglu_limit, swiglu_alpha)
+            y = F.linear(hidden, down_w, experts.down_bias[expert])
+            out.index_add_(0, token_idx, y * weights[token_idx, slot, None].to(y.dtype))
+        return out
+
+
+def swiglu(gate_up: torch.Tensor, limit: float, alpha: float) -> torch.Tensor:
+    """GPT-OSS's clamped SwiGLU over interleaved [..., 2I] gate/up -> [..., I]."""
+    gate = gate_up[..., 0::2].clamp(max=limit)
+    up = gate_up[..., 1::2].clamp(min=-limit, max=limit)
+    return gate * torch.sigmoid(alpha * gate) * (up + 1)
+
+
+def expert_matrices(
+    experts: ExpertWeights, expert: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One expert's (gate_up [2I, H], down [H, I]) in `dtype`, dequantized if packed."""
+    if experts.is_mxfp4:
+        gate_up = mxfp4.dequantize(
+            experts.gate_up_blocks[expert], experts.gate_up_scales[expert], dtype
+        )
+        down = mxfp4.dequantize(experts.down_blocks[expert], experts.down_scales[expert], dtype)
+        return gate_up, down
+    return experts.gate_up_dense[expert].to(dtype), experts.down_dense[expert].to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.float().chunk(2, dim=-1)  # [T, heads, D/2]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def _sequence_attention(
+    q: torch.Tensor,  # [q_len, Hq, D]
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, Hkv, D]
+    block_table: torch.Tensor,  # [max_blocks] int32
+    seq_len: int,
+    sinks: torch.Tensor,  # [Hq]
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    q_len, num_heads, dim = q.shape
+    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    first_query_pos = seq_len - q_len
+    # NOTE: only keys some query can see are gathered; in a sliding group older blocks may be null.
+    key_start = 0 if sliding_window is None else max(0, first_query_pos - sliding_window + 1)
+    key_pos = torch.arange(key_start, seq_len, device=q.device)
+    slots = block_table[key_pos // block_size].long() * block_size + key_pos % block_size
+    flat = kv_cache.flatten(1, 2)  # [2, slots, Hkv, D]
+    keys, values = flat[0, slots].float(), flat[1, slots].float()  # [K, Hkv, D]
+    group = num_heads // num_kv_heads
+    keys = keys.repeat_interleave(group, dim=1)
+    values = values.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), keys) * scale  # [Hq, q_len, K]
+    query_pos = torch.arange(first_query_pos, seq_len, device=q.device)
+    visible = key_pos[None, :] <= query_pos[:, None]
+    if sliding_window is not None:
+        visible &= query_pos[:, None] - key_pos[None, :] < sliding_window
+    scores = scores.masked_fill(~visible, float("-inf"))
+    sink_column = sinks.float()[:, None, None].expand(num_heads, q_len, 1)
+    probs = torch.softmax(torch.cat((scores, sink_column), dim=-1), dim=-1)[..., :-1]
+    out = torch.einsum("hqk,khd->qhd", probs, values)
+    return out.to(q.dtype)
