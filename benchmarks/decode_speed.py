@@ -1,0 +1,252 @@
+"""Decode speed of gpt-oss-120b / gpt-oss-20b on one GPU with dummy weights, beside the physical floor.
+
+    python benchmarks/decode_speed.py                       # 120b and 20b, the full table
+    python benchmarks/decode_speed.py --models gpt-oss-20b --batch-sizes 1 --contexts 1024
+
+For each model: time to first token of a 1k prompt (a real prefill), batch-1 decode tok/s at each
+context, and decode-step throughput at larger batches (their contexts are filled with random KV
+rather than prefilled, which costs the same to read). Each row carries its floor: the bytes one step
+must read (weights actually touched + KV) over the device-to-device copy bandwidth measured in the
+same run. Results go to stdout as a table and to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from gossamer.config import ModelConfig
+from gossamer.model.loader import load_model
+from gossamer.runner.model_runner import ModelRunner, SeqInput
+
+BLOCK = 16
+MAX_KV_TOKENS = 64 * 8192  # skip batch x context combinations whose KV would not fit beside 120b
+
+
+@dataclass
+class Row:
+    model: str
+    kind: str  # decode | ttft
+    batch: int
+    context: int
+    ms_per_step: float
+    tokens_per_s: float
+    floor_ms: float
+    bytes_per_step: float
+
+    def line(self) -> str:
+        pct = 100 * self.floor_ms / self.ms_per_step if self.ms_per_step else 0
+        return (
+            f"{self.model:13s} {self.kind:6s} {self.batch:5d} {self.context:6d} "
+            f"{self.ms_per_step:9.3f} {self.tokens_per_s:10.1f} {self.floor_ms:8.3f} {pct:5.0f}%"
+        )
+
+
+def copy_bandwidth(gib: int = 4) -> float:
+    """Bytes/s of a large device-to-device copy, counting the read and the write."""
+    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(10):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (gib << 30) / sorted(times)[len(times) // 2]
+
+
+def step_bytes(cfg: ModelConfig, batch: int, context: int, kv_bytes_per_elem: int = 2) -> float:
+    """Bytes one decode step must read: dense weights, the experts the batch touches, the KV."""
+    hidden, inter, experts = cfg.hidden_size, cfg.intermediate_size, cfg.num_local_experts
+    attn = hidden * (cfg.q_size + 2 * cfg.kv_size) + cfg.q_size * hidden
+    router = hidden * experts
+    per_layer_dense = 2 * (attn + router)
+    expert_bytes = (2 * inter * hidden + hidden * inter) * (0.5 + 1 / 32)  # e2m1 + e8m0 scales
+    # expected distinct experts when `batch` tokens each pick top-k of E uniformly
+    touched = experts * (1 - (1 - cfg.num_experts_per_tok / experts) ** batch)
+    unembed = 2 * cfg.vocab_size * hidden
+    kv = 0
+    for layer in range(cfg.num_hidden_layers):
+        seen = min(context, cfg.sliding_window) if cfg.is_sliding(layer) else context
+        kv += 2 * seen * cfg.kv_size * kv_bytes_per_elem * batch
+    return cfg.num_hidden_layers * (per_layer_dense + touched * expert_bytes) + unembed + kv
+
+
+def make_seqs(batch: int, context: int, blocks_per_seq: int) -> list[SeqInput]:
+    seqs = []
+    for b in range(batch):
+        base = 1 + 2 * b * blocks_per_seq
+        full = list(range(base, base + blocks_per_seq))
+        sliding = list(range(base + blocks_per_seq, base + 2 * blocks_per_seq))
+        seqs.append(SeqInput([1], context, (full, sliding)))
+    return seqs
+
+
+def timed_decode(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float:
+    """Seconds per decode step, the host loop included (inputs, replay, greedy pick, feed back)."""
+    for _ in range(3):
+        runner.run(seqs).argmax(-1).tolist()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        tokens = runner.run(seqs).argmax(-1).tolist()
+        for seq, token in zip(seqs, tokens, strict=True):
+            seq.token_ids = [token]
+            seq.start += 1
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
+def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[Row]:
+    max_context = max(args.contexts) + args.steps + 16
+    loaded = load_model(
+        name, load_format="dummy", device="cuda", ops=args.ops, max_model_len=max_context
+    )
+    model, cfg = loaded.model, loaded.config
+    rows: list[Row] = []
+    blocks_per_seq = math.ceil(max_context / BLOCK)
+    biggest = max(args.batch_sizes)
+    combos = [(b, c) for c in args.contexts for b in args.batch_sizes if b * c <= MAX_KV_TOKENS]
+    runner = ModelRunner(
+        model,
+        num_blocks=1 + 2 * max(b * math.ceil((c + args.steps + 16) / BLOCK) for b, c in combos),
+        block_size=BLOCK,
+        max_num_seqs=biggest,
+        max_num_batched_tokens=max(args.prompt_len, biggest),
+        cuda_graphs=not args.no_cuda_graphs,
+        graph_sizes=tuple(args.batch_sizes),
+    )
+    runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
+    first_token = time_to_first_token(name, runner, args.prompt_len, blocks_per_seq, cfg, bandwidth)
+    rows.append(first_token)
+    for batch, context in combos:
+        seqs = make_seqs(batch, context, math.ceil((context + args.steps + 16) / BLOCK))
+        seconds = timed_decode(runner, seqs, args.steps)
+        nbytes = step_bytes(cfg, batch, context + args.steps // 2)
+        rows.append(
+            Row(
+                name,
+                "decode",
+                batch,
+                context,
+                1e3 * seconds,
+                batch / seconds,
+                1e3 * nbytes / bandwidth,
+                nbytes,
+            )
+        )
+        print(rows[-1].line(), flush=True)
+    del runner, model, loaded
+    torch.cuda.empty_cache()
+    return rows
+
+
+def time_to_first_token(
+    name: str, runner: ModelRunner, prompt_len: int, blocks_per_seq: int, cfg, bandwidth: float
+) -> Row:
+    prompt = torch.randint(0, cfg.vocab_size, (prompt_len,)).tolist()
+    seq = make_seqs(1, 0, blocks_per_seq)[0]
+    seq.token_ids = prompt
+    for _ in range(2):
+        runner.run([seq]).argmax(-1).tolist()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        runner.run([seq]).argmax(-1).tolist()
+        times.append(time.perf_counter() - start)
+    seconds = sorted(times)[2]
+    floor = step_bytes(cfg, prompt_len, prompt_len) / bandwidth
+    row = Row(name, "ttft", 1, prompt_len, 1e3 * seconds, prompt_len / seconds, 1e3 * floor, 0)
+    print(row.line(), flush=True)
+    return row
+
+
+def transformers_decode(steps: int = 16) -> dict:
+    """transformers' eager GptOss on the 20b shapes (bf16, dense experts), batch 1: tok/s."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    config = GptOssConfig(num_hidden_layers=24, num_local_experts=32)
+    with torch.device("meta"):
+        model = GptOssForCausalLM(config)
+    model = model.to_empty(device="cuda").to(torch.bfloat16)
+    for param in model.parameters():
+        param.data.normal_(0, 0.02)
+    model.eval()
+    ids = torch.randint(0, config.vocab_size, (1, 1024), device="cuda")
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=4, do_sample=False)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    del model
+    torch.cuda.empty_cache()
+    return {
+        "model": "transformers gpt-oss-20b shapes (bf16 eager)",
+        "tokens": out.shape[1] - 1024,
+        "seconds_incl_1k_prefill": seconds,
+        "tokens_per_s": steps / seconds,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", default="gpt-oss-120b,gpt-oss-20b")
+    parser.add_argument("--contexts", default="1024,8192")
+    parser.add_argument("--batch-sizes", default="1,16,64,256")
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=1024)
+    parser.add_argument("--ops", default="auto")
+    parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument("--transformers", action="store_true", help="also time transformers")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    args.contexts = [int(c) for c in args.contexts.split(",")]
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    bandwidth = copy_bandwidth()
+    print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s")
+    print("model         kind   batch    ctx   ms/step      tok/s  floor_ms  %floor")
+    rows = []
+    for name in args.models.split(","):
+        rows += bench_model(name, args, bandwidth)
+    reference = transformers_decode() if args.transformers else None
+    if reference:
+        print(f"transformers (20b shapes, bf16 eager): {reference['tokens_per_s']:.1f} tok/s")
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "copy_bandwidth_bytes_per_s": bandwidth,
+        "args": {k: v for k, v in vars(args).items()},
+        "rows": [asdict(r) for r in rows],
+        "transformers": reference,
+    }
+    try:
+        import triton
+
+        result["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

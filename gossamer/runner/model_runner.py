@@ -1,0 +1,202 @@
+"""Model runner: turns one step's scheduled sequences into flat model inputs, runs the model
+(CUDA-graph replay for pure decode batches on the GPU, eager otherwise) and returns the logits of the
+positions that need them.
+
+Inputs live in persistent buffers sized once at start-up, so a step is: fill host arrays, one copy to
+the device, run. The same buffers back the captured graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gossamer.model.gpt_oss import GptOssForCausalLM
+from gossamer.ops.base import AttentionMetadata
+
+DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+@dataclass
+class SeqInput:
+    """One sequence's share of a step."""
+
+    token_ids: list[int]  # tokens fed this step
+    start: int  # position of token_ids[0] (= tokens already in the KV cache)
+    block_tables: tuple[list[int], ...]  # per cache group; entry i holds positions i*bs..
+    num_logits: int = 1  # logits wanted for the last num_logits fed tokens (0 mid-prefill)
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: GptOssForCausalLM,
+        *,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        cuda_graphs: bool = True,
+        graph_sizes: tuple[int, ...] = DEFAULT_GRAPH_SIZES,
+    ) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.device = model.device
+        self.kv_cache = model.allocate_kv_cache(num_blocks, block_size)
+        self.max_num_seqs = max_num_seqs
+        self.max_tokens = max(max_num_batched_tokens, max_num_seqs)
+        self.max_blocks_per_seq = -(-model.max_model_len // block_size)
+        self.num_groups = 2
+        self._allocate_buffers()
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graph_logits: dict[int, torch.Tensor] = {}
+        if cuda_graphs and self.device.type == "cuda" and model.ops.name == "triton":
+            self.capture_graphs([b for b in graph_sizes if b <= max_num_seqs])
+
+    # ---- buffers -------------------------------------------------------------------------------
+
+    def _allocate_buffers(self) -> None:
+        tokens, seqs, groups = self.max_tokens, self.max_num_seqs, self.num_groups
+        self.host = {
+            "input_ids": np.zeros(tokens, dtype=np.int64),
+            "positions": np.zeros(tokens, dtype=np.int64),
+            "slot_mapping": np.full((groups, tokens), -1, dtype=np.int64),
+            "block_tables": np.zeros((groups, seqs, self.max_blocks_per_seq), dtype=np.int32),
+            "query_start_loc": np.zeros(seqs + 1, dtype=np.int32),
+            "seq_lens": np.zeros(seqs, dtype=np.int32),
+        }
+        self.dev = {
+            name: torch.from_numpy(array).to(self.device) for name, array in self.host.items()
+        }
+
+    def _fill(self, seqs: list[SeqInput]) -> tuple[int, list[int], int, int]:
+        """Write the step into the host arrays; returns (num_tokens, logits rows, max q, max kv)."""
+        bs, host = self.block_size, self.host
+        cursor, rows, max_query, max_seq = 0, [], 0, 0
+        host["slot_mapping"].fill(-1)
+        for i, seq in enumerate(seqs):
+            n, end = len(seq.token_ids), seq.start + len(seq.token_ids)
+            positions = np.arange(seq.start, end)
+            host["input_ids"][cursor : cursor + n] = seq.token_ids
+            host["positions"][cursor : cursor + n] = positions
+            for g, table in enumerate(seq.block_tables):
+                table_arr = np.asarray(table, dtype=np.int32)
+                host["block_tables"][g, i, : len(table)] = table_arr
+                host["block_tables"][g, i, len(table) :] = 0
+                if len(table):
+                    slots = table_arr[positions // bs].astype(np.int64) * bs + positions % bs
+                    host["slot_mapping"][g, cursor : cursor + n] = slots
+            rows.extend(range(cursor + n - seq.num_logits, cursor + n))
+            cursor += n
+            host["query_start_loc"][i + 1] = cursor
+            host["seq_lens"][i] = end
+            max_query, max_seq = max(max_query, n), max(max_seq, end)
+        return cursor, rows, max_query, max_seq
+
+    def _upload(self, num_tokens: int, num_seqs: int) -> None:
+        for name in ("input_ids", "positions"):
+            self.dev[name][:num_tokens].copy_(torch.from_numpy(self.host[name][:num_tokens]))
+        self.dev["slot_mapping"][:, :num_tokens].copy_(
+            torch.from_numpy(self.host["slot_mapping"][:, :num_tokens])
+        )
+        self.dev["block_tables"][:, :num_seqs].copy_(
+            torch.from_numpy(self.host["block_tables"][:, :num_seqs])
+        )
+        self.dev["query_start_loc"][: num_seqs + 1].copy_(
+            torch.from_numpy(self.host["query_start_loc"][: num_seqs + 1])
+        )
+        self.dev["seq_lens"][:num_seqs].copy_(torch.from_numpy(self.host["seq_lens"][:num_seqs]))
+
+    def _metadata(
+        self, num_tokens: int, num_seqs: int, max_query: int, max_seq: int, host_lens: bool
+    ) -> AttentionMetadata:
+        dev = self.dev
+        seq_lens_host: tuple[int, ...] = ()
+        query_lens_host: tuple[int, ...] = ()
+        if host_lens:
+            seq_lens_host = tuple(self.host["seq_lens"][:num_seqs].tolist())
+            query_lens_host = tuple(np.diff(self.host["query_start_loc"][: num_seqs + 1]).tolist())
+        return AttentionMetadata(
+            query_start_loc=dev["query_start_loc"][: num_seqs + 1],
+            seq_lens=dev["seq_lens"][:num_seqs],
+            slot_mapping=tuple(dev["slot_mapping"][g, :num_tokens] for g in range(2)),
+            block_tables=tuple(dev["block_tables"][g, :num_seqs] for g in range(2)),
+            max_query_len=max_query,
+            max_seq_len=max_seq,
+            query_lens_host=query_lens_host,
+            seq_lens_host=seq_lens_host,
+        )
+
+    # ---- execution -----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def run(self, seqs: list[SeqInput]) -> torch.Tensor:
+        """Run one step; returns float32 logits [sum of num_logits, vocab] in sequence order."""
+        if not seqs:
+            return torch.empty(0, self.model.config.vocab_size, device=self.device)
+        if len(seqs) > self.max_num_seqs:
+            raise ValueError(f"{len(seqs)} sequences exceed max_num_seqs={self.max_num_seqs}")
+        num_tokens, rows, max_query, max_seq = self._fill(seqs)
+        if num_tokens > self.max_tokens:
+            raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
+        graph_size = self._graph_size(seqs, num_tokens)
+        if graph_size is not None:
+            return self._replay(graph_size, len(seqs))
+        self._upload(num_tokens, len(seqs))
+        metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
+        hidden = self.model(
+            self.dev["input_ids"][:num_tokens],
+            self.dev["positions"][:num_tokens],
+            metadata,
+            self.kv_cache,
+        )
+        index = torch.tensor(rows, device=self.device, dtype=torch.long)
+        return self.model.compute_logits(hidden[index])
+
+    def _graph_size(self, seqs: list[SeqInput], num_tokens: int) -> int | None:
+        if not self.graphs or num_tokens != len(seqs):
+            return None
+        if any(seq.num_logits != 1 for seq in seqs):
+            return None
+        return next((size for size in sorted(self.graphs) if size >= len(seqs)), None)
+
+    def _pad_decode(self, num_seqs: int, graph_size: int) -> None:
+        """Padding rows: position 0, no KV write, the null block; their logits are ignored."""
+        host = self.host
+        host["input_ids"][num_seqs:graph_size] = 0
+        host["positions"][num_seqs:graph_size] = 0
+        host["slot_mapping"][:, num_seqs:graph_size] = -1
+        host["block_tables"][:, num_seqs:graph_size] = 0
+        host["query_start_loc"][num_seqs + 1 : graph_size + 1] = np.arange(
+            num_seqs + 1, graph_size + 1
+        )
+        host["seq_lens"][num_seqs:graph_size] = 1
+
+    def _replay(self, graph_size: int, num_seqs: int) -> torch.Tensor:
+        self._pad_decode(num_seqs, graph_size)
+        self._upload(graph_size, graph_size)
+        self.graphs[graph_size].replay()
+        return self.graph_logits[graph_size][:num_seqs]
+
+    def capture_graphs(self, sizes: list[int]) -> None:
+        """Capture one decode graph per batch size, largest first so they share one memory pool."""
+        pool = None
+        for size in sorted(sizes, reverse=True):
+            self._pad_decode(0, size)
+            self._upload(size, size)
+            # NOTE: attention sizes its split-K grid from max_seq_len; the context bound keeps one
+            # graph valid for every context length.
+            metadata = self._metadata(size, size, 1, self.model.max_model_len, host_lens=False)
+            ids, positions = self.dev["input_ids"][:size], self.dev["positions"][:size]
+            for _ in range(2):  # warm up: compile kernels and settle allocations
+                self.model.compute_logits(self.model(ids, positions, metadata, self.kv_cache))
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                hidden = self.model(ids, positions, metadata, self.kv_cache)
+                self.graph_logits[size] = self.model.compute_logits(hidden)
+            pool = graph.pool()
+            self.graphs[size] = graph
+        torch.cuda.synchronize()
