@@ -10,9 +10,11 @@ from pathlib import Path
 import torch
 
 from gossamer.config import ConfigError
-from gossamer.engine.reference import SimpleSampling, generate_stream
+from gossamer.engine.core import EngineConfig, EngineCore
+from gossamer.engine.errors import RequestError
 from gossamer.model.loader import LoadedModel, load_model
 from gossamer.models import default_model_path
+from gossamer.sampling_params import SamplingParams
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,23 +74,41 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    stop_ids = () if args.ignore_eos else _stop_ids(loaded, tokenizer)
-    params = SimpleSampling(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
-    stream = generate_stream(loaded.model, prompt_ids, args.max_tokens, params, stop_ids)
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+    )
+    engine = EngineCore(loaded.model, tokenizer, _one_request_config(prompt_ids, args.max_tokens))
+    try:
+        engine.add_request("generate", prompt_ids, params)
+    except RequestError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     token_ids: list[int] = []
-    detokenizer = _detokenizer(tokenizer)
-    for token in stream:
-        token_ids.append(token)
-        if detokenizer is not None and not args.json:
-            print(detokenizer.feed(token), end="", flush=True)
-    text = tokenizer.decode(token_ids) if tokenizer is not None else ""
+    text = ""
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            token_ids += output.new_token_ids
+            text += output.text_delta
+            if not args.json:
+                print(output.text_delta, end="", flush=True)
     if args.json:
         print(json.dumps({"token_ids": token_ids, "text": text}))
-    elif detokenizer is not None:
-        print(detokenizer.flush())
-    else:
+    elif tokenizer is None:
         print(",".join(map(str, token_ids)))
+    else:
+        print()
     return 0
+
+
+def _one_request_config(prompt_ids: list[int], max_tokens: int) -> EngineConfig:
+    """A KV cache just large enough for this one request (two cache groups at most)."""
+    block_size = 16
+    blocks = -(-(len(prompt_ids) + max_tokens) // block_size)
+    return EngineConfig(block_size=block_size, max_num_seqs=1, num_blocks=2 * blocks + 2)
 
 
 def _tokenizer_for(loaded: LoadedModel, needed: bool):
@@ -111,17 +131,3 @@ def _prompt_ids(args: argparse.Namespace, tokenizer) -> list[int]:
         return [int(part) for part in args.prompt_token_ids.split(",") if part.strip()]
     except ValueError:
         raise ValueError("--prompt-token-ids must be comma-separated integers") from None
-
-
-def _stop_ids(loaded: LoadedModel, tokenizer) -> tuple[int, ...]:
-    if tokenizer is not None and tokenizer.eos_token_ids:
-        return tuple(tokenizer.eos_token_ids)
-    return loaded.config.eos_token_ids
-
-
-def _detokenizer(tokenizer):
-    if tokenizer is None:
-        return None
-    from gossamer.tokenizer import IncrementalDetokenizer
-
-    return IncrementalDetokenizer(tokenizer)

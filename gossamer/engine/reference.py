@@ -1,8 +1,8 @@
 """Single-sequence generation over a contiguous KV cache: the foundation's simple path and the
 reference the batching engine is tested against.
 
-The cache is the paged layout with a fixed block table: the full-attention group owns blocks
-1..n and the sliding group blocks n+1..2n (block 0 is the null block), so no allocator is needed.
+The cache is the paged layout with a fixed block table: cache group g owns blocks g*n+1..(g+1)*n
+(block 0 is the null block), so no allocator is needed.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ class ContiguousCache:
             )
         self.max_len = max_len
         blocks_per_group = -(-max_len // BLOCK_SIZE)
-        self.kv_cache = model.allocate_kv_cache(2 * blocks_per_group + 1, BLOCK_SIZE)
-        device = model.device
-        full = torch.arange(1, blocks_per_group + 1, dtype=torch.int32, device=device)
-        self.block_tables = (full[None, :], (full + blocks_per_group)[None, :])
+        num_groups = model.num_cache_groups
+        self.kv_cache = model.allocate_kv_cache(num_groups * blocks_per_group + 1, BLOCK_SIZE)
+        first = torch.arange(1, blocks_per_group + 1, dtype=torch.int32, device=model.device)
+        self.block_tables = tuple(
+            (first + g * blocks_per_group)[None, :] for g in range(num_groups)
+        )
 
     def metadata(self, start: int, num_tokens: int) -> AttentionMetadata:
         end = start + num_tokens

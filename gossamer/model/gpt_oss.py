@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gossamer.cache.layout import KVCacheLayout
 from gossamer.config import ModelConfig
 from gossamer.model.rope import cos_sin_table
-from gossamer.ops.base import FULL_GROUP, SLIDING_GROUP, AttentionMetadata, ExpertWeights, Ops
+from gossamer.ops.base import AttentionMetadata, ExpertWeights, Ops
 
 
 def _weight(*shape: int, dtype: torch.dtype) -> nn.Parameter:
@@ -25,16 +26,13 @@ def _weight(*shape: int, dtype: torch.dtype) -> nn.Parameter:
 
 
 def kv_cache_index(config: ModelConfig, layer: int) -> tuple[int, int]:
-    """(cache group, index of the layer inside its group) for one layer."""
-    group = SLIDING_GROUP if config.is_sliding(layer) else FULL_GROUP
-    index = sum(1 for i in range(layer) if config.is_sliding(i) == config.is_sliding(layer))
-    return group, index
+    """(cache group, index of the layer inside its group): the cache layout decides both."""
+    return KVCacheLayout.from_model_config(config).layer_slots[layer]
 
 
 def layers_per_group(config: ModelConfig) -> int:
-    """First dimension of the KV cache tensor: the larger of the two groups' layer counts."""
-    sliding = sum(config.is_sliding(i) for i in range(config.num_hidden_layers))
-    return max(sliding, config.num_hidden_layers - sliding)
+    """First dimension of the KV cache tensor: the larger of the groups' layer counts."""
+    return KVCacheLayout.from_model_config(config).layers_per_group
 
 
 class Attention(nn.Module):
@@ -68,9 +66,9 @@ class Attention(nn.Module):
         q = q.view(-1, cfg.num_attention_heads, cfg.head_dim)
         k = k.view(-1, cfg.num_key_value_heads, cfg.head_dim)
         v = v.view(-1, cfg.num_key_value_heads, cfg.head_dim)
-        q, k = ops.rope(q, k, positions, cos_sin)
         layer_cache = kv_cache[self.cache_index]
-        ops.write_kv(k, v, layer_cache, metadata.slot_mapping[self.group])
+        slot_mapping = metadata.slot_mapping[self.group]
+        q = ops.rope_and_write_kv(q, k, v, positions, cos_sin, layer_cache, slot_mapping)
         out = ops.attention(
             q, layer_cache, metadata, self.group, self.sinks, self.scale, self.sliding_window
         )
@@ -211,6 +209,10 @@ class GptOssForCausalLM(nn.Module):
         self.lm_head = nn.Module()
         self.lm_head.weight = _weight(config.vocab_size, config.hidden_size, dtype=dtype)
         self.cos_sin: torch.Tensor | None = None  # built on first use, on the weights' device
+
+    @property
+    def num_cache_groups(self) -> int:
+        return len(KVCacheLayout.from_model_config(self.config).groups)
 
     @property
     def device(self) -> torch.device:

@@ -9,8 +9,9 @@ Token layout: every op works on a flat batch of tokens from many sequences ("var
 query token sits at position seq_lens[s] - 1, so query token j of a sequence with query length q sits at
 position seq_lens[s] - q + j.
 
-KV cache layout: two cache groups share one block pool, group FULL_GROUP for full-attention layers and
-SLIDING_GROUP for sliding-window layers. Storage is one tensor
+KV cache layout (gossamer/cache/layout.py decides it): cache groups share one block pool, the
+full-attention layers in one group and the sliding-window layers in another (a group without layers
+is left out, so a model of only sliding layers has a single group 0). Storage is one tensor
     kv_cache: [layers_per_group, 2, num_blocks, block_size, num_kv_heads, head_dim]
 and layer l uses kv_cache[index_in_group(l)] (a [2, num_blocks, block_size, kv_heads, head_dim] view,
 K at [0], V at [1]) with the block table and slot mapping of its group.
@@ -23,15 +24,15 @@ from typing import Protocol
 
 import torch
 
+# Group indices when a model has both kinds of layers (every published GPT-OSS model does).
 FULL_GROUP = 0
 SLIDING_GROUP = 1
-
 
 @dataclass
 class AttentionMetadata:
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32, on the model's device
     seq_lens: torch.Tensor  # [num_seqs] int32: context length after this step (cached + new)
-    # Per cache group (indexed by FULL_GROUP / SLIDING_GROUP):
+    # Per cache group, in the order of KVCacheLayout.groups:
     slot_mapping: tuple[torch.Tensor, ...]  # [num_tokens] int64: block_id * block_size + offset
     block_tables: tuple[torch.Tensor, ...]  # [num_seqs, max_blocks_per_seq] int32; 0 = null block
     max_query_len: int
@@ -108,6 +109,20 @@ class Ops(Protocol):
         slot_mapping: torch.Tensor,
     ) -> None:
         """Store k, v [T, Hkv, D] at slots of kv_cache [2, num_blocks, block_size, Hkv, D]."""
+        ...
+
+    def rope_and_write_kv(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        """`rope` then `write_kv` of the rotated k and v; returns the rotated q [T, Hq, D]. One op
+        so that a backend can fuse the two (one pass over the QKV output instead of three)."""
         ...
 
     def attention(

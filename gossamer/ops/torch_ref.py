@@ -55,6 +55,20 @@ class TorchOps:
         flat[0, slots] = k[keep].to(kv_cache.dtype)
         flat[1, slots] = v[keep].to(kv_cache.dtype)
 
+    def rope_and_write_kv(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        q, k = self.rope(q, k, positions, cos_sin)
+        self.write_kv(k, v, kv_cache, slot_mapping)
+        return q
+
     def attention(
         self,
         q: torch.Tensor,

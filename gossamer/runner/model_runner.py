@@ -48,7 +48,7 @@ class ModelRunner:
         self.max_num_seqs = max_num_seqs
         self.max_tokens = max(max_num_batched_tokens, max_num_seqs)
         self.max_blocks_per_seq = -(-model.max_model_len // block_size)
-        self.num_groups = 2
+        self.num_groups = model.num_cache_groups
         self._allocate_buffers()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.graph_logits: dict[int, torch.Tensor] = {}
@@ -121,8 +121,8 @@ class ModelRunner:
         return AttentionMetadata(
             query_start_loc=dev["query_start_loc"][: num_seqs + 1],
             seq_lens=dev["seq_lens"][:num_seqs],
-            slot_mapping=tuple(dev["slot_mapping"][g, :num_tokens] for g in range(2)),
-            block_tables=tuple(dev["block_tables"][g, :num_seqs] for g in range(2)),
+            slot_mapping=tuple(dev["slot_mapping"][g, :num_tokens] for g in range(self.num_groups)),
+            block_tables=tuple(dev["block_tables"][g, :num_seqs] for g in range(self.num_groups)),
             max_query_len=max_query,
             max_seq_len=max_seq,
             query_lens_host=query_lens_host,

@@ -1,0 +1,46 @@
+"""Command-line flags of the engine (shared by `serve` and the benchmarks)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gossamer.engine.core import EngineConfig
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument(
+        "--kv-cache-memory",
+        type=_bytes,
+        default=None,
+        help="KV cache size, e.g. 8GiB (default: what --gpu-memory-utilization leaves; 1 GiB on CPU)",
+    )
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly")
+    parser.add_argument("--seed", type=int, default=0, help="seed of unseeded sampling")
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        block_size=args.block_size,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_prefix_caching,
+        kv_cache_memory=args.kv_cache_memory,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        cuda_graphs=not args.no_cuda_graphs,
+        seed=args.seed,
+    )
+
+
+def _bytes(text: str) -> int:
+    """'8GiB', '512MiB', '1e9' -> bytes."""
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1e3, "mb": 1e6, "gb": 1e9}
+    lowered = text.strip().lower()
+    for suffix, scale in units.items():
+        if lowered.endswith(suffix):
+            return int(float(lowered[: -len(suffix)]) * scale)
+    return int(float(lowered))

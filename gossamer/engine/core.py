@@ -1,0 +1,343 @@
+"""EngineCore: one `step()` = schedule -> run the model -> sample -> update -> detokenize.
+
+It is synchronous and single-threaded; `LLM` drives it in a loop and `AsyncEngine` from a background
+thread. Everything it needs (model runner, tokenizer) is passed in, so tests can give it a null model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from gossamer.cache.layout import KVCacheLayout, num_blocks_for_memory
+from gossamer.cache.manager import KVCacheManager
+from gossamer.engine.detokenizer import TextState
+from gossamer.engine.errors import PromptTooLongError, RequestError
+from gossamer.engine.outputs import EngineStats, RequestOutput
+from gossamer.runner.model_runner import ModelRunner, SeqInput
+from gossamer.runner.sampler import Sampler, SampleResult, SamplingRow
+from gossamer.sampling_params import SamplingParams
+from gossamer.scheduler import (
+    DuplicateRequestError,
+    FinishReason,
+    Request,
+    RequestTooLargeError,
+    RequestUpdate,
+    Scheduler,
+    SchedulerOutput,
+)
+from gossamer.tokenizer import Tokenizer
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_prefix_caching: bool = True
+    kv_cache_memory: int | None = None  # bytes; None: see kv_cache_bytes()
+    gpu_memory_utilization: float = 0.9
+    num_blocks: int | None = None  # exact block count (tests); overrides the memory budget
+    cuda_graphs: bool = True
+    seed: int = 0
+
+
+@dataclass
+class _Choice:
+    """Engine-side state of one choice (one scheduler request) of a user request."""
+
+    request_id: str  # the user's id
+    index: int
+    request: Request
+    params: SamplingParams
+    generator: torch.Generator | None
+    text: TextState | None
+    tables: list[list[int]] = field(default_factory=list)  # the runner's copy, per group
+    pending_children: list[Request] = field(default_factory=list)
+
+
+class EngineCore:
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer | None,
+        config: EngineConfig = EngineConfig(),
+        runner: ModelRunner | None = None,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.model_config = model.config
+        self.max_model_len = model.max_model_len
+        layout = KVCacheLayout.from_model_config(model.config)
+        self.num_blocks = config.num_blocks or _blocks_for_budget(model, layout, config)
+        self.kv_cache_manager = KVCacheManager.from_layout(
+            layout,
+            self.num_blocks,
+            block_size=config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+        self.eos_token_ids = tuple(
+            tokenizer.eos_token_ids if tokenizer is not None else model.config.eos_token_ids
+        )
+        self.scheduler = Scheduler(
+            self.kv_cache_manager,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=self.max_model_len,
+            eos_token_ids=self.eos_token_ids,
+        )
+        self.runner = runner or ModelRunner(
+            model,
+            num_blocks=self.num_blocks,
+            block_size=config.block_size,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            cuda_graphs=config.cuda_graphs,
+        )
+        self.sampler = Sampler(config.seed)
+        self.choices: dict[str, _Choice] = {}  # scheduler request id -> choice
+        self.user_requests: dict[str, list[str]] = {}  # user id -> scheduler ids
+        self.stats = EngineStats()
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        cache_salt: str | None = None,
+    ) -> None:
+        """Queue a request; raises RequestError for input that can never run."""
+        if request_id in self.user_requests:
+            raise RequestError(f"request id {request_id!r} is already running", "request_id")
+        self._check_length(prompt_token_ids, params)
+        ids = [request_id] if params.n == 1 else [f"{request_id}#{i}" for i in range(params.n)]
+        choices = [
+            self._new_choice(request_id, i, ids[i], prompt_token_ids, params, cache_salt)
+            for i in range(params.n)
+        ]
+        try:
+            self.scheduler.add_request(choices[0].request)
+        except (RequestTooLargeError, DuplicateRequestError) as error:
+            raise RequestError(str(error), "messages") from error
+        # NOTE: the other choices wait until the first has computed the prompt, then fork its
+        # blocks (copy-free) instead of computing the prompt again.
+        choices[0].pending_children = [c.request for c in choices[1:]]
+        for choice in choices:
+            self.choices[choice.request.request_id] = choice
+        self.user_requests[request_id] = ids
+
+    def _check_length(self, prompt: list[int], params: SamplingParams) -> None:
+        if not prompt:
+            raise RequestError("the prompt is empty", "prompt")
+        limit = self.max_model_len
+        wanted = len(prompt) + (params.max_tokens or 1)
+        if len(prompt) >= limit or (params.max_tokens is not None and wanted > limit):
+            raise PromptTooLongError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{wanted} tokens ({len(prompt)} in the prompt, {params.max_tokens} for the "
+                "completion). Please reduce the prompt or max_tokens.",
+                "messages",
+            )
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise RequestError(f"prompt token ids must be in [0, {vocab})", "prompt")
+
+    def _new_choice(
+        self,
+        request_id: str,
+        index: int,
+        internal_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        cache_salt: str | None,
+    ) -> _Choice:
+        request = Request(internal_id, list(prompt), params, cache_salt=cache_salt)
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator().manual_seed(params.seed + index)
+        text = None
+        if self.tokenizer is not None:
+            text = TextState(
+                self.tokenizer,
+                params.stop,
+                params.include_stop_str_in_output,
+                params.skip_special_tokens,
+            )
+        return _Choice(request_id, index, request, params, generator, text)
+
+    def abort(self, request_id: str) -> list[RequestOutput]:
+        """End every choice of a user request now; its blocks are free when this returns."""
+        outputs = []
+        for internal_id in self.user_requests.pop(request_id, []):
+            choice = self.choices.pop(internal_id, None)
+            self.scheduler.abort(internal_id)
+            if choice is not None:
+                outputs.append(self._final_output(choice, "abort"))
+        return outputs
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.user_requests)
+
+    # ---- one step ------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        scheduled = self.scheduler.schedule()
+        self.stats.num_preemptions += len(scheduled.preempted_request_ids)
+        result = self._run_and_sample(scheduled)
+        sampled = {rid: [token] for rid, token in zip(result[0], result[1].token_ids, strict=True)}
+        logprobs = dict(zip(result[0], result[1].logprobs, strict=True))
+        updates = self.scheduler.update(scheduled, sampled)
+        outputs = [self._process(update, logprobs.get(update.request_id)) for update in updates]
+        self._fork_pending_children()
+        self._refresh_stats(scheduled)
+        return [output for output in outputs if output is not None]
+
+    def _run_and_sample(self, scheduled: SchedulerOutput) -> tuple[list[str], SampleResult]:
+        seqs, sample_ids = [], []
+        for item in scheduled.scheduled_requests:
+            choice = self.choices[item.request_id]
+            _sync_tables(choice.tables, item)
+            seqs.append(
+                SeqInput(item.token_ids, item.start_position, tuple(choice.tables), item.do_sample)
+            )
+            if item.do_sample:
+                sample_ids.append(item.request_id)
+        if not seqs:
+            return [], SampleResult([], [])
+        logits = self.runner.run(seqs)
+        rows = [self._sampling_row(self.choices[rid]) for rid in sample_ids]
+        return sample_ids, self.sampler.sample(logits, rows)
+
+    def _sampling_row(self, choice: _Choice) -> SamplingRow:
+        request, params = choice.request, choice.params
+        stop_ids = () if params.ignore_eos else self.eos_token_ids
+        return SamplingRow(
+            params,
+            request.prompt_token_ids,
+            request.output_token_ids,
+            choice.generator,
+            tuple(stop_ids) + tuple(params.stop_token_ids),
+        )
+
+    def _process(self, update: RequestUpdate, logprob) -> RequestOutput | None:
+        choice = self.choices.get(update.request_id)
+        if choice is None:
+            return None
+        if choice.text is not None:
+            for token in update.new_token_ids:
+                if token != update.stop_token_id:
+                    choice.text.add_token(token)
+        finish_reason = update.finish_reason
+        stop_reason: int | str | None = update.stop_token_id
+        if choice.text is not None and choice.text.stopped_by is not None and not finish_reason:
+            self.scheduler.finish(update.request_id, FinishReason.STOP)
+            finish_reason, stop_reason = FinishReason.STOP, choice.text.stopped_by
+        finished = finish_reason is not None
+        if finished and choice.text is not None:
+            choice.text.finish()
+        output = self._output(choice, update.new_token_ids, finished)
+        output.new_logprobs = [logprob] if logprob is not None else []
+        output.finish_reason = str(finish_reason) if finished else None
+        output.stop_reason = stop_reason if finished else None
+        if finished:
+            self._forget(choice)
+        return output
+
+    def _output(self, choice: _Choice, new_tokens: list[int], finished: bool) -> RequestOutput:
+        request = choice.request
+        delta = choice.text.take_delta(final=finished) if choice.text is not None else ""
+        return RequestOutput(
+            request_id=choice.request_id,
+            index=choice.index,
+            new_token_ids=list(new_tokens),
+            text_delta=delta,
+            finished=finished,
+            num_prompt_tokens=len(request.prompt_token_ids),
+            num_output_tokens=len(request.output_token_ids),
+            num_cached_tokens=max(request.num_cached_tokens, 0),
+        )
+
+    def _final_output(self, choice: _Choice, reason: str) -> RequestOutput:
+        output = self._output(choice, [], finished=True)
+        output.finish_reason = reason
+        return output
+
+    def _forget(self, choice: _Choice) -> None:
+        internal_id = choice.request.request_id
+        self.choices.pop(internal_id, None)
+        siblings = self.user_requests.get(choice.request_id, [])
+        if internal_id in siblings:
+            siblings.remove(internal_id)
+        if not siblings:
+            self.user_requests.pop(choice.request_id, None)
+        for child in choice.pending_children:  # finished before forking: queue them plainly
+            self.scheduler.add_request(child)
+
+    def _fork_pending_children(self) -> None:
+        for choice in list(self.choices.values()):
+            request = choice.request
+            if choice.pending_children and request.output_token_ids:
+                for child in choice.pending_children:
+                    self.scheduler.fork(request.request_id, child)
+                choice.pending_children = []
+
+    def _refresh_stats(self, scheduled: SchedulerOutput) -> None:
+        stats, manager = self.stats, self.kv_cache_manager
+        stats.num_running = self.scheduler.num_running
+        stats.num_waiting = self.scheduler.num_waiting
+        stats.kv_cache_usage = manager.usage
+        cache_stats = manager.prefix_cache_stats
+        stats.prefix_cache_queries = cache_stats.num_queried_tokens
+        stats.prefix_cache_hits = cache_stats.num_hit_tokens
+        for item in scheduled.scheduled_requests:
+            if item.start_position < item.num_prompt_tokens:
+                computed = min(item.end_position, item.num_prompt_tokens) - item.start_position
+                stats.prompt_tokens += computed
+            if item.do_sample:
+                stats.generation_tokens += 1
+
+
+def _sync_tables(tables: list[list[int]], item) -> None:
+    """Apply the scheduler's block-table increments to the runner's copy."""
+    if item.is_new:
+        tables[:] = [list(ids) for ids in item.new_block_ids]
+        return
+    for table, start, new_ids in zip(
+        tables, item.block_table_starts, item.new_block_ids, strict=True
+    ):
+        del table[start:]
+        table.extend(new_ids)
+
+
+def _blocks_for_budget(model, layout: KVCacheLayout, config: EngineConfig) -> int:
+    memory = config.kv_cache_memory or kv_cache_bytes(model.device, config.gpu_memory_utilization)
+    cfg = model.config
+    return num_blocks_for_memory(
+        memory,
+        layers_per_group=layout.layers_per_group,
+        num_kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        block_size=config.block_size,
+        dtype=model.dtype,
+    )
+
+
+def kv_cache_bytes(device: torch.device, utilization: float) -> int:
+    """Default KV budget: on CUDA, what stays free under `utilization` of the card after the
+    weights, less room for activations; on the CPU, 1 GiB."""
+    if device.type != "cuda":
+        return GiB
+    free, total = torch.cuda.mem_get_info(device)
+    activations = 4 * GiB
+    budget = free - (1 - utilization) * total - activations
+    if budget <= 0:
+        raise RuntimeError(
+            "no GPU memory is left for the KV cache after loading the weights; lower "
+            "--max-model-len, raise --gpu-memory-utilization or pass --kv-cache-memory"
+        )
+    return int(budget)

@@ -1,0 +1,521 @@
+"""Triton attention over the paged KV cache, with GPT-OSS's per-head learned sinks and sliding window,
+and the KV-cache write.
+
+One kernel, two launch shapes:
+
+- decode (metadata.max_query_len <= DECODE_MAX_QUERY_LEN, so plain decode and speculative verify):
+  flash-decoding. Grid (query tiles, kv heads x splits, seqs): the visible keys of a sequence are cut
+  into `num_splits` contiguous chunks, each program runs an fp32 online softmax over its chunk and
+  writes a partial (m, l, acc); `_merge_splits_kernel` merges the chunks and folds in the sink.
+  With one split the attention kernel writes the final output itself (no second launch).
+- prefill (any larger max_query_len, so chunked prefill, prefix hits and mixed batches): the same
+  kernel with bigger query tiles and one split.
+
+Every program owns ONE kv head and packs all `Hq / Hkv` query heads of it (times the tile's query
+tokens) into the rows of its tile, so each K/V element is loaded once per tile for the whole GQA
+group. Row r of a tile is query token `tile_start + r // GROUP`, query head `kv_head * GROUP + r % GROUP`.
+
+Keys are gathered one row at a time through the block table (key -> block_tables[key // block_size]),
+so any block_size works and keys outside [first visible key, causal end) are never touched: in a
+sliding group the blocks before the window may be the null block 0 and are never read.
+
+Sinks: every split starts its running max at the sink logit (instead of -inf), which keeps all maxima
+finite (no inf - inf) and is exactly the "max over scores AND the sink" of the definition; the sink's
+own mass exp(sink - m) is added to the denominator once, at the end.
+
+Graph capture: nothing here reads tensor values on the host. The number of splits comes from host ints
+(metadata.max_seq_len, max_query_len, the batch size); each program derives its chunk from the
+sequence's real length on the device, so ANY seq_lens give correct results, whatever max_seq_len the
+graph was captured with: a larger one only leaves trailing splits empty, a smaller one only gives
+fewer, longer splits. NOTE: capture decode graphs with max_seq_len = the longest context they will
+replay (e.g. max_model_len) to keep long contexts parallel.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from gossamer.ops.base import AttentionMetadata
+from gossamer.ops.torch_ref import TorchOps
+
+# Query lengths up to this use the decode launch (flash-decoding with key splits): q=1 decode and
+# speculative verification of a few draft tokens.
+DECODE_MAX_QUERY_LEN = 8
+MAX_SPLITS = 64
+# Decode launches split keys until about this many programs per SM exist (latency hiding at batch 1).
+PROGRAMS_PER_SM = 4
+DECODE_BLOCK_N = 64  # keys per loop iteration (64 keys x 64 dims x 2 bytes = 8 KB of K, 8 KB of V)
+PREFILL_BLOCK_N = 64
+PREFILL_ROWS = 128  # query rows (tokens x GQA heads) per prefill tile
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr,  # [T, Hq, D]
+    k_cache_ptr,  # [num_blocks, block_size, Hkv, D]
+    v_cache_ptr,  # [num_blocks, block_size, Hkv, D]
+    block_tables_ptr,  # [num_seqs, max_blocks] int32
+    query_start_loc_ptr,  # [num_seqs + 1] int32
+    seq_lens_ptr,  # [num_seqs] int32
+    sinks_ptr,  # [Hq] fp32
+    out_ptr,  # [T, Hq, D]: written when not SPLIT
+    part_max_ptr,  # [T, Hq, num_splits] fp32: written when SPLIT (log2 units)
+    part_sum_ptr,  # [T, Hq, num_splits] fp32
+    part_acc_ptr,  # [T, Hq, num_splits, D] fp32
+    scale_log2,  # softmax scale * log2(e)
+    window,  # sliding window (used when SLIDING)
+    num_splits,
+    num_q_heads,
+    stride_q_tok,
+    stride_q_head,
+    stride_o_tok,
+    stride_o_head,
+    stride_c_block,
+    stride_c_tok,
+    stride_c_head,
+    stride_bt_seq,
+    GROUP: tl.constexpr,  # Hq // Hkv
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # tokens per cache block
+    BLOCK_Q: tl.constexpr,  # query tokens per tile
+    BLOCK_M: tl.constexpr,  # rows per tile: pow2 >= max(16, BLOCK_Q * GROUP)
+    BLOCK_N: tl.constexpr,  # keys per iteration
+    SLIDING: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    # Later query tiles see more keys: start them first.
+    q_tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    kv_head = tl.program_id(1) // num_splits
+    split = tl.program_id(1) % num_splits
+    seq = tl.program_id(2)
+
+    q_begin = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_begin
+    tile_start = q_tile * BLOCK_Q
+    if tile_start >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    first_pos = seq_len - q_len  # position of the sequence's query token 0
+
+    rows = tl.arange(0, BLOCK_M)
+    row_token = tile_start + rows // GROUP  # query index inside the sequence
+    row_head = kv_head * GROUP + rows % GROUP
+    row_valid = (rows < BLOCK_Q * GROUP) & (row_token < q_len)
+    row_pos = first_pos + row_token
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    # Keys this tile can see: [key_begin, key_end), cut into num_splits chunks of whole iterations.
+    key_end = first_pos + tl.minimum(tile_start + BLOCK_Q, q_len)
+    if SLIDING:
+        key_begin = tl.maximum(first_pos + tile_start - window + 1, 0)
+    else:
+        key_begin = 0
+    chunk = tl.cdiv(tl.cdiv(key_end - key_begin, num_splits), BLOCK_N) * BLOCK_N
+    split_begin = key_begin + split * chunk
+    split_end = tl.minimum(split_begin + chunk, key_end)
+
+    q_ptrs = (
+        q_ptr
+        + (q_begin + row_token)[:, None] * stride_q_tok
+        + row_head[:, None] * stride_q_head
+        + offs_d[None, :]
+    )
+    q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0).to(k_cache_ptr.dtype.element_ty)
+    sink = (
+        tl.load(sinks_ptr + row_head, mask=row_valid, other=0.0).to(tl.float32) * 1.4426950408889634
+    )
+
+    row_max = sink  # [BLOCK_M] running max in log2 units; starts at the sink (see module doc)
+    row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    block_table_row = block_tables_ptr + seq * stride_bt_seq
+    cache_head_offset = kv_head * stride_c_head
+    for start_n in range(split_begin, split_end, BLOCK_N):
+        key_pos = start_n + offs_n
+        key_in = key_pos < split_end
+        block = tl.load(block_table_row + key_pos // BLOCK_SIZE, mask=key_in, other=0)
+        key_offset = (
+            block.to(tl.int64) * stride_c_block
+            + (key_pos % BLOCK_SIZE) * stride_c_tok
+            + cache_head_offset
+        )
+        kv_offsets = key_offset[:, None] + offs_d[None, :]  # [BLOCK_N, HEAD_DIM]
+        k = tl.load(k_cache_ptr + kv_offsets, mask=key_in[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_offsets, mask=key_in[:, None], other=0.0)
+
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+        visible = key_in[None, :] & (key_pos[None, :] <= row_pos[:, None])
+        if SLIDING:
+            visible = visible & (row_pos[:, None] - key_pos[None, :] < window)
+        scores = tl.where(visible, scores, float("-inf"))
+
+        new_max = tl.maximum(row_max, tl.max(scores, axis=1))
+        correction = tl.exp2(row_max - new_max)
+        probs = tl.exp2(scores - new_max[:, None])
+        row_sum = row_sum * correction + tl.sum(probs, axis=1)
+        acc = acc * correction[:, None] + tl.dot(
+            probs.to(v.dtype), v, input_precision=DOT_PRECISION
+        )
+        row_max = new_max
+
+    token = q_begin + row_token
+    if SPLIT:
+        part = (token * num_q_heads + row_head) * num_splits + split  # [BLOCK_M]
+        tl.store(part_max_ptr + part, row_max, mask=row_valid)
+        tl.store(part_sum_ptr + part, row_sum, mask=row_valid)
+        acc_ptrs = part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(acc_ptrs, acc, mask=row_valid[:, None])
+    else:
+        denominator = row_sum + tl.exp2(sink - row_max)
+        out = acc / denominator[:, None]
+        out_ptrs = (
+            out_ptr
+            + token[:, None] * stride_o_tok
+            + row_head[:, None] * stride_o_head
+            + offs_d[None, :]
+        )
+        tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+
+
+@triton.jit
+def _merge_splits_kernel(
+    part_max_ptr,  # [T, Hq, num_splits] fp32, log2 units
+    part_sum_ptr,  # [T, Hq, num_splits] fp32
+    part_acc_ptr,  # [T, Hq, num_splits, D] fp32
+    sinks_ptr,  # [Hq] fp32
+    out_ptr,  # [T, Hq, D]
+    num_splits,
+    num_q_heads,
+    stride_o_tok,
+    stride_o_head,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
+):
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_P2)
+    split_valid = splits < num_splits
+    part = (token * num_q_heads + head) * num_splits + splits  # [SPLITS_P2]
+    part_max = tl.load(part_max_ptr + part, mask=split_valid, other=float("-inf"))
+    part_sum = tl.load(part_sum_ptr + part, mask=split_valid, other=0.0)
+    offs_d = tl.arange(0, HEAD_DIM)
+    acc_ptrs = part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :]
+    part_acc = tl.load(acc_ptrs, mask=split_valid[:, None], other=0.0)  # [SPLITS_P2, D]
+
+    sink = tl.load(sinks_ptr + head).to(tl.float32) * 1.4426950408889634
+    # Every split started from the sink, so each part_max >= sink: the max is finite.
+    total_max = tl.maximum(tl.max(part_max, axis=0), sink)
+    weight = tl.exp2(part_max - total_max)  # [SPLITS_P2]; 0 for padding splits
+    numerator = tl.sum(part_acc * weight[:, None], axis=0)  # [D]
+    denominator = tl.sum(part_sum * weight, axis=0) + tl.exp2(sink - total_max)
+    out = numerator / denominator
+    out_ptrs = out_ptr + token * stride_o_tok + head * stride_o_head + offs_d
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _write_kv_kernel(
+    k_ptr,  # [T, Hkv, D]
+    v_ptr,  # [T, Hkv, D]
+    k_cache_ptr,  # [num_blocks, block_size, Hkv, D]
+    v_cache_ptr,  # [num_blocks, block_size, Hkv, D]
+    slot_mapping_ptr,  # [T] int64; < 0: skip
+    num_kv_heads,
+    stride_k_tok,
+    stride_k_head,
+    stride_v_tok,
+    stride_v_head,
+    stride_c_block,
+    stride_c_tok,
+    stride_c_head,
+    HEAD_DIM: tl.constexpr,
+    HEADS_P2: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    token = tl.program_id(0)
+    heads = tl.arange(0, HEADS_P2)
+    offs_d = tl.arange(0, HEAD_DIM)
+    # The token's slot, broadcast to one copy per head (a [HEADS_P2] vector keeps masks 2-D).
+    slot = tl.load(slot_mapping_ptr + token + heads * 0).to(tl.int64)
+    head_valid = (heads < num_kv_heads)[:, None]
+    store_mask = ((heads < num_kv_heads) & (slot >= 0))[:, None]
+    k = tl.load(
+        k_ptr + token * stride_k_tok + heads[:, None] * stride_k_head + offs_d[None, :],
+        mask=head_valid,
+        other=0.0,
+    )
+    v = tl.load(
+        v_ptr + token * stride_v_tok + heads[:, None] * stride_v_head + offs_d[None, :],
+        mask=head_valid,
+        other=0.0,
+    )
+    # Clamp so that skipped tokens (slot < 0) compute an in-range address; their stores are masked.
+    safe_slot = tl.maximum(slot, 0)
+    cache_offsets = (
+        ((safe_slot // BLOCK_SIZE) * stride_c_block)[:, None]
+        + ((safe_slot % BLOCK_SIZE) * stride_c_tok)[:, None]
+        + heads[:, None] * stride_c_head
+        + offs_d[None, :]
+    )
+    tl.store(k_cache_ptr + cache_offsets, k.to(k_cache_ptr.dtype.element_ty), mask=store_mask)
+    tl.store(v_cache_ptr + cache_offsets, v.to(v_cache_ptr.dtype.element_ty), mask=store_mask)
+
+
+def attention(
+    q: torch.Tensor,  # [T, Hq, D]
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, Hkv, D]
+    metadata: AttentionMetadata,
+    group: int,
+    sinks: torch.Tensor,  # [Hq] fp32
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """`Ops.attention` on Triton: causal attention over the paged cache with sinks -> [T, Hq, D]."""
+    return paged_attention(
+        q,
+        kv_cache,
+        metadata.query_start_loc,
+        metadata.seq_lens,
+        metadata.block_tables[group],
+        metadata.max_query_len,
+        metadata.max_seq_len,
+        sinks,
+        scale,
+        sliding_window,
+    )
+
+
+def paged_attention(
+    q: torch.Tensor,  # [T, Hq, D]
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, Hkv, D]
+    query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
+    seq_lens: torch.Tensor,  # [num_seqs] int32
+    block_table: torch.Tensor,  # [num_seqs, max_blocks] int32
+    max_query_len: int,
+    max_seq_len: int,
+    sinks: torch.Tensor,  # [Hq] fp32
+    scale: float,
+    sliding_window: int | None,
+    *,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    block_q: int | None = None,
+) -> torch.Tensor:
+    """The attention op with explicit arguments. `num_splits`, `block_n` and `block_q` override the
+    launch heuristics (tests use them to force several splits, tiles and iterations on tiny shapes).
+    """
+    num_tokens, num_q_heads, head_dim = q.shape
+    _, _, block_size, num_kv_heads, cache_dim = kv_cache.shape
+    _check_shapes(q, kv_cache, sinks, head_dim, cache_dim, num_q_heads, num_kv_heads)
+    group_size = num_q_heads // num_kv_heads
+    num_seqs = seq_lens.shape[0]
+    out = torch.empty((num_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    k_cache, v_cache = kv_cache[0], kv_cache[1]
+    if block_table.stride(1) != 1:
+        block_table = block_table.contiguous()
+
+    decode = max_query_len <= DECODE_MAX_QUERY_LEN
+    if decode:
+        block_q = block_q or triton.next_power_of_2(max(max_query_len, 1))
+        block_n = block_n or DECODE_BLOCK_N
+        if num_splits is None:
+            visible = _max_visible_keys(max_seq_len, max_query_len, sliding_window)
+            num_splits = _decode_splits(num_seqs, num_kv_heads, visible, block_n, q.device)
+    else:
+        block_q = block_q or max(1, PREFILL_ROWS // triton.next_power_of_2(group_size))
+        block_n = block_n or PREFILL_BLOCK_N
+        num_splits = num_splits or 1
+    block_m = max(16, triton.next_power_of_2(block_q * group_size))
+    split = num_splits > 1
+    if split:
+        # NOTE: tokens of no sequence (padding) keep uninitialized partials, like the reference's
+        # torch.empty_like output: their rows are garbage either way.
+        part_max = torch.empty(
+            (num_tokens, num_q_heads, num_splits), dtype=torch.float32, device=q.device
+        )
+        part_sum = torch.empty_like(part_max)
+        part_acc = torch.empty(
+            (num_tokens, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device
+        )
+    else:
+        part_max = part_sum = part_acc = out  # unused when not SPLIT
+
+    grid = (triton.cdiv(max(max_query_len, 1), block_q), num_kv_heads * num_splits, num_seqs)
+    _paged_attention_kernel[grid](
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        query_start_loc,
+        seq_lens,
+        sinks,
+        out,
+        part_max,
+        part_sum,
+        part_acc,
+        scale * LOG2E,
+        sliding_window or 0,
+        num_splits,
+        num_q_heads,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_table.stride(0),
+        GROUP=group_size,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        SLIDING=sliding_window is not None,
+        SPLIT=split,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=4 if decode else 8,
+        num_stages=3 if decode else 2,
+    )
+    if split:
+        _merge_splits_kernel[(num_tokens, num_q_heads)](
+            part_max,
+            part_sum,
+            part_acc,
+            sinks,
+            out,
+            num_splits,
+            num_q_heads,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            SPLITS_P2=triton.next_power_of_2(num_splits),
+            num_warps=1 if head_dim * num_splits <= 2048 else 4,
+        )
+    return out
+
+
+def write_kv(
+    k: torch.Tensor,  # [T, Hkv, D]
+    v: torch.Tensor,  # [T, Hkv, D]
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, Hkv, D]
+    slot_mapping: torch.Tensor,  # [T] int64; slots < 0 are skipped
+) -> None:
+    """`Ops.write_kv` on Triton: store k, v at slot_mapping (block_id * block_size + offset)."""
+    num_tokens, num_kv_heads, head_dim = k.shape
+    _, _, block_size, cache_heads, cache_dim = kv_cache.shape
+    if (cache_heads, cache_dim) != (num_kv_heads, head_dim) or v.shape != k.shape:
+        raise ValueError(
+            f"write_kv: k {tuple(k.shape)} / v {tuple(v.shape)} do not match the cache heads "
+            f"{cache_heads} x dim {cache_dim}"
+        )
+    if num_tokens == 0:
+        return
+    _check_last_dim_contiguous(k=k, v=v, kv_cache=kv_cache)
+    _check_power_of_two_head_dim(head_dim)
+    k_cache, v_cache = kv_cache[0], kv_cache[1]
+    _write_kv_kernel[(num_tokens,)](
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        num_kv_heads,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        HEAD_DIM=head_dim,
+        HEADS_P2=triton.next_power_of_2(num_kv_heads),
+        BLOCK_SIZE=block_size,
+        num_warps=4,
+    )
+
+
+def attention_reference(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    metadata: AttentionMetadata,
+    group: int,
+    sinks: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """The pure-torch twin (the oracle of the tests)."""
+    return TorchOps().attention(q, kv_cache, metadata, group, sinks, scale, sliding_window)
+
+
+def write_kv_reference(
+    k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    TorchOps().write_kv(k, v, kv_cache, slot_mapping)
+
+
+def _max_visible_keys(max_seq_len: int, max_query_len: int, sliding_window: int | None) -> int:
+    """The most keys one query tile of a decode launch can see."""
+    if sliding_window is None:
+        return max(max_seq_len, 1)
+    return max(min(max_seq_len, sliding_window + max_query_len - 1), 1)
+
+
+def _decode_splits(
+    num_seqs: int, num_kv_heads: int, visible_keys: int, block_n: int, device: torch.device
+) -> int:
+    """Enough splits for about PROGRAMS_PER_SM programs per SM, but never more than the key
+    iterations. A power of two (rounded down) so that few merge kernels get compiled."""
+    programs = num_seqs * num_kv_heads
+    wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), programs)
+    splits = min(wanted, triton.cdiv(visible_keys, block_n), MAX_SPLITS)
+    return 1 << int(math.log2(max(splits, 1)))
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # the interpreter on CPU: any small number
+
+
+def _check_shapes(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    sinks: torch.Tensor,
+    head_dim: int,
+    cache_dim: int,
+    num_q_heads: int,
+    num_kv_heads: int,
+) -> None:
+    if head_dim != cache_dim:
+        raise ValueError(f"attention: q head_dim {head_dim} != cache head_dim {cache_dim}")
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"attention: {num_q_heads} q heads are not a multiple of {num_kv_heads}")
+    if sinks.shape != (num_q_heads,):
+        raise ValueError(f"attention: sinks {tuple(sinks.shape)} must be [{num_q_heads}]")
+    _check_power_of_two_head_dim(head_dim)
+    _check_last_dim_contiguous(q=q, kv_cache=kv_cache)
+
+
+def _check_power_of_two_head_dim(head_dim: int) -> None:
+    if head_dim < 16 or head_dim & (head_dim - 1):
+        raise ValueError(f"Triton attention needs a power-of-two head_dim >= 16, got {head_dim}")
+
+
+def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
+    for name, tensor in tensors.items():
+        if tensor.stride(-1) != 1:
+            raise ValueError(
+                f"{name} must be contiguous in its last dim (stride {tensor.stride()})"
+            )

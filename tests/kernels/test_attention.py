@@ -1,0 +1,372 @@
+"""Triton paged attention with sinks and sliding window, and the Triton KV write
+(gossamer/kernels/attention.py), against the torch reference (gossamer/ops/torch_ref.py).
+
+CPU tests run the kernels under the Triton interpreter on tiny shapes. Every cache slot that the
+reference does not read (the null block 0, the tail of each sequence's last block) holds NaN, so a
+kernel that reads one of them returns NaN. GPU tests (`-m gpu`) run the compiled kernels on
+gpt-oss-120b shapes against the reference on the same GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+
+import pytest
+import torch
+
+from gossamer.ops.base import FULL_GROUP, SLIDING_GROUP, AttentionMetadata
+from gossamer.ops.torch_ref import TorchOps
+from tests.kernels.interpreted import load_interpreted
+
+_INTERPRETED = load_interpreted("attention")
+
+
+@pytest.fixture
+def kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The interpreted kernels, with TRITON_INTERPRET=1 while the test launches them."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    yield _INTERPRETED
+
+
+@dataclass
+class Batch:
+    q: torch.Tensor  # [T, Hq, D]
+    kv_cache: torch.Tensor  # [2, num_blocks, block_size, Hkv, D]
+    metadata: AttentionMetadata
+    sinks: torch.Tensor  # [Hq] fp32
+    group: int
+    sliding_window: int | None
+    scale: float
+
+
+def make_batch(
+    seqs: list[tuple[int, int]],  # (query_len, seq_len) per sequence
+    *,
+    num_q_heads: int = 4,
+    num_kv_heads: int = 2,
+    head_dim: int = 16,
+    block_size: int = 4,
+    dtype: torch.dtype = torch.float32,
+    sliding_window: int | None = None,
+    sink_scale: float = 1.0,
+    device: str = "cpu",
+    seed: int = 0,
+    null_before_window: bool = True,
+) -> Batch:
+    """A paged batch in shuffled physical blocks (never block 0). Blocks that left every query's
+    window are the null block 0 in the table; block 0 and the unused tail of each sequence's last
+    block hold NaN."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    blocks_needed = [math.ceil(seq_len / block_size) for _, seq_len in seqs]
+    num_blocks = 2 + sum(blocks_needed)
+    physical = torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(seed)) + 1
+    shape = (2, num_blocks, block_size, num_kv_heads, head_dim)
+    kv_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
+    kv_cache[:, 0] = float("nan")
+    block_table = torch.zeros(len(seqs), max(blocks_needed) + 1, dtype=torch.int32)
+    used = 0
+    for seq, (query_len, seq_len) in enumerate(seqs):
+        table = physical[used : used + blocks_needed[seq]]
+        used += blocks_needed[seq]
+        block_table[seq, : len(table)] = table.to(torch.int32)
+        tail = seq_len % block_size
+        if tail:
+            kv_cache[:, int(table[-1]), tail:] = float("nan")
+        if sliding_window is not None and null_before_window:
+            first_visible_key = max(0, seq_len - query_len - sliding_window + 1)
+            block_table[seq, : first_visible_key // block_size] = 0
+    query_lens = [query_len for query_len, _ in seqs]
+    seq_lens = [seq_len for _, seq_len in seqs]
+    starts = [0]
+    for query_len in query_lens:
+        starts.append(starts[-1] + query_len)
+    block_table = block_table.to(device)
+    metadata = AttentionMetadata(
+        query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        slot_mapping=(torch.empty(0, dtype=torch.int64),) * 2,
+        block_tables=(block_table, block_table),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        query_lens_host=tuple(query_lens),
+        seq_lens_host=tuple(seq_lens),
+    )
+    q = torch.randn((starts[-1], num_q_heads, head_dim), generator=gen, device=device).to(dtype)
+    sinks = torch.randn(num_q_heads, generator=gen, device=device) * sink_scale
+    group = FULL_GROUP if sliding_window is None else SLIDING_GROUP
+    return Batch(q, kv_cache, metadata, sinks, group, sliding_window, head_dim**-0.5)
+
+
+def reference(batch: Batch) -> torch.Tensor:
+    return TorchOps().attention(
+        batch.q,
+        batch.kv_cache,
+        batch.metadata,
+        batch.group,
+        batch.sinks,
+        batch.scale,
+        batch.sliding_window,
+    )
+
+
+def run_op(kernels: ModuleType, batch: Batch) -> torch.Tensor:
+    """Through the op entry point, with the default launch heuristics."""
+    return kernels.attention(
+        batch.q,
+        batch.kv_cache,
+        batch.metadata,
+        batch.group,
+        batch.sinks,
+        batch.scale,
+        batch.sliding_window,
+    )
+
+
+def run_tuned(kernels: ModuleType, batch: Batch, **launch: int) -> torch.Tensor:
+    """With forced launch knobs, to get several splits / tiles / key iterations on tiny shapes."""
+    meta = batch.metadata
+    return kernels.paged_attention(
+        batch.q,
+        batch.kv_cache,
+        meta.query_start_loc,
+        meta.seq_lens,
+        meta.block_tables[batch.group],
+        meta.max_query_len,
+        meta.max_seq_len,
+        batch.sinks,
+        batch.scale,
+        batch.sliding_window,
+        **launch,
+    )
+
+
+def assert_matches(actual: torch.Tensor, batch: Batch, atol: float = 2e-5, rtol: float = 1e-4):
+    expected = reference(batch)
+    assert not actual.isnan().any(), "the kernel read a slot it must not read (NaN) or divided by 0"
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+
+
+DECODE_BATCHES = {
+    "context_1": [(1, 1)],
+    "context_not_block_multiple": [(1, 37)],
+    "mixed_lengths": [(1, 1), (1, 5), (1, 37), (1, 64), (1, 17)],
+}
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("seqs", DECODE_BATCHES.values(), ids=DECODE_BATCHES.keys())
+def test_decode_matches_reference(kernels: ModuleType, seqs, block_size: int) -> None:
+    batch = make_batch(seqs, block_size=block_size)
+    assert_matches(run_op(kernels, batch), batch)
+    # Three splits of 16-key iterations: several partials merged, some of them empty.
+    assert_matches(run_tuned(kernels, batch, num_splits=3, block_n=16), batch)
+
+
+@pytest.mark.parametrize("seq_len", [5, 8, 9, 30], ids=["short", "window", "window+1", "long"])
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_sliding_decode_never_reads_null_blocks(kernels: ModuleType, seq_len, num_splits) -> None:
+    batch = make_batch([(1, seq_len), (1, 3)], sliding_window=8, block_size=4)
+    if seq_len == 30:
+        assert (batch.metadata.block_tables[SLIDING_GROUP][0, :5] == 0).all()  # null before window
+    assert_matches(run_tuned(kernels, batch, num_splits=num_splits, block_n=16), batch)
+
+
+def test_more_splits_than_keys(kernels: ModuleType) -> None:
+    batch = make_batch([(1, 5), (1, 2)], block_size=4)
+    assert_matches(run_tuned(kernels, batch, num_splits=8, block_n=16), batch)
+
+
+@pytest.mark.parametrize("sliding_window", [None, 5])
+@pytest.mark.parametrize("block_q", [2, None])
+def test_prefill_prefix_hit_mid_block(kernels: ModuleType, sliding_window, block_q) -> None:
+    # 13 cached tokens: the chunk starts mid-block (block_size 4).
+    batch = make_batch([(11, 24)], sliding_window=sliding_window, block_size=4)
+    assert_matches(run_tuned(kernels, batch, block_q=block_q, block_n=16), batch)
+
+
+MIXED = [(1, 9), (7, 7), (1, 1), (12, 29), (3, 19)]
+
+
+@pytest.mark.parametrize("sliding_window", [None, 6])
+def test_mixed_batch_through_op(kernels: ModuleType, sliding_window) -> None:
+    batch = make_batch(MIXED, sliding_window=sliding_window, block_size=4)
+    assert batch.metadata.max_query_len > kernels.DECODE_MAX_QUERY_LEN  # the prefill launch
+    assert_matches(run_op(kernels, batch), batch)
+    assert_matches(run_tuned(kernels, batch, block_q=2, block_n=16), batch)
+
+
+@pytest.mark.parametrize(
+    "num_q_heads, num_kv_heads",
+    [(4, 4), (4, 2), (4, 1), (6, 2)],
+    ids=["gqa1", "gqa2", "gqa4", "gqa3"],
+)
+def test_gqa_ratios(kernels: ModuleType, num_q_heads: int, num_kv_heads: int) -> None:
+    heads = dict(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads)
+    prefill = make_batch(MIXED, sliding_window=6, **heads)
+    assert_matches(run_tuned(kernels, prefill, block_q=4, block_n=16), prefill)
+    decode = make_batch([(1, 21), (1, 3)], **heads)
+    assert_matches(run_tuned(kernels, decode, num_splits=2, block_n=16), decode)
+
+
+@pytest.mark.parametrize("sliding_window", [None, 6])
+def test_speculative_query_lengths_use_decode_launch(kernels: ModuleType, sliding_window) -> None:
+    batch = make_batch([(3, 20), (1, 9), (4, 4), (8, 30)], sliding_window=sliding_window)
+    assert batch.metadata.max_query_len <= kernels.DECODE_MAX_QUERY_LEN
+    assert_matches(run_op(kernels, batch), batch)
+    assert_matches(run_tuned(kernels, batch, num_splits=2, block_n=16), batch)
+
+
+@pytest.mark.parametrize("sink_scale", [0.0, 30.0])
+def test_sinks_tiny_and_dominant(kernels: ModuleType, sink_scale: float) -> None:
+    # sink_scale 30: some sinks swamp every score, others vanish; both must stay finite and exact.
+    batch = make_batch([(1, 11), (5, 14)], sink_scale=sink_scale)
+    assert_matches(run_tuned(kernels, batch, num_splits=2, block_n=16), batch)
+    assert_matches(run_tuned(kernels, batch, block_q=2, block_n=16), batch)
+
+
+def test_fp16_head_dim_32_block_32(kernels: ModuleType) -> None:
+    batch = make_batch(
+        [(1, 40), (9, 45), (1, 3)],
+        dtype=torch.float16,
+        head_dim=32,
+        block_size=32,
+        sliding_window=7,
+    )
+    assert_matches(run_op(kernels, batch), batch, atol=3e-3, rtol=3e-3)
+    decode = make_batch([(1, 70), (1, 33)], dtype=torch.float16, head_dim=32, block_size=32)
+    assert_matches(
+        run_tuned(kernels, decode, num_splits=2, block_n=16), decode, atol=3e-3, rtol=3e-3
+    )
+
+
+def test_rejects_unsupported_head_dim(kernels: ModuleType) -> None:
+    batch = make_batch([(1, 3)], head_dim=24)
+    with pytest.raises(ValueError, match="head_dim"):
+        run_op(kernels, batch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_write_kv_matches_reference(kernels: ModuleType, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(1)
+    num_tokens, num_kv_heads, head_dim, block_size = 6, 2, 16, 4
+    # k and v as the model makes them: strided views into one qkv row.
+    qkv = torch.randn(num_tokens, 3 * num_kv_heads * head_dim, generator=gen).to(dtype)
+    k = qkv[:, num_kv_heads * head_dim : 2 * num_kv_heads * head_dim].view(
+        -1, num_kv_heads, head_dim
+    )
+    v = qkv[:, 2 * num_kv_heads * head_dim :].view(-1, num_kv_heads, head_dim)
+    slots = torch.tensor([5, -1, 0, 11, 22, -1], dtype=torch.int64)  # -1: padding, not stored
+    cache = torch.randn(2, 6, block_size, num_kv_heads, head_dim, generator=gen).to(dtype)
+    expected = cache.clone()
+    TorchOps().write_kv(k, v, expected, slots)
+    kernels.write_kv(k, v, cache, slots)
+    assert torch.equal(cache, expected)
+
+
+# ---------------------------------------------------------------- GPU: gpt-oss-120b shapes
+
+GPU_SHAPES = dict(num_q_heads=64, num_kv_heads=8, head_dim=64, block_size=16, dtype=torch.bfloat16)
+
+
+def _gpu_batch(
+    seqs: list[tuple[int, int]], sliding_window: int | None, seed: int = 0, **options
+) -> Batch:
+    return make_batch(
+        seqs, sliding_window=sliding_window, device="cuda", seed=seed, **GPU_SHAPES, **options
+    )
+
+
+def _random_decodes(batch_size: int, max_context: int, seed: int) -> list[tuple[int, int]]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_context + 1, (batch_size,), generator=gen).tolist()
+    lengths[0] = max_context
+    return [(1, length) for length in lengths]
+
+
+def _assert_gpu_matches(actual: torch.Tensor, batch: Batch) -> None:
+    assert_matches(actual, batch, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+@pytest.mark.parametrize(
+    "seqs",
+    [[(1, 8192)], [(1, 1000)], _random_decodes(7, 8192, 1), _random_decodes(64, 8192, 2)],
+    ids=["b1_8k", "b1_1k", "b7_mixed", "b64_mixed"],
+)
+def test_gpu_decode(seqs, sliding_window) -> None:
+    from gossamer.kernels import attention as kernels
+
+    batch = _gpu_batch(seqs, sliding_window)
+    _assert_gpu_matches(run_op(kernels, batch), batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+def test_gpu_mixed_prefill_and_decode(sliding_window) -> None:
+    from gossamer.kernels import attention as kernels
+
+    # A chunk after a mid-block prefix hit, a fresh prompt, decodes and a speculative verify.
+    seqs = [(1000, 4003), (513, 513), (1, 8192), (1, 1), (4, 300), (1, 129)]
+    batch = _gpu_batch(seqs, sliding_window)
+    _assert_gpu_matches(run_op(kernels, batch), batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+def test_gpu_speculative_verify(sliding_window) -> None:
+    from gossamer.kernels import attention as kernels
+
+    seqs = [(4, length) for length in (4, 130, 1000, 4097, 8192, 16, 17, 64)]
+    batch = _gpu_batch(seqs, sliding_window)
+    _assert_gpu_matches(run_op(kernels, batch), batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+def test_gpu_decode_replays_in_cuda_graph_with_new_lengths(sliding_window) -> None:
+    """Captured once, replayed at other lengths: the result follows the tensors, not the capture."""
+    from gossamer.kernels import attention as kernels
+
+    final_lens = [7000, 3, 4096, 640]
+    capture_lens = [50, 1, 1000, 600]  # each fits the block tables made for final_lens
+    # No null blocks: the captured lengths' windows lie before the final lengths' windows.
+    seqs = [(1, length) for length in final_lens]
+    batch = _gpu_batch(seqs, sliding_window, seed=3, null_before_window=False)
+    meta = batch.metadata
+    meta.max_seq_len = 8192  # what a runner captures with
+
+    def set_lens(lens: list[int]) -> None:
+        meta.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        meta.seq_lens_host = tuple(lens)
+
+    set_lens(capture_lens)
+    run_op(kernels, batch)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run_op(kernels, batch)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_gpu_matches(out, batch)
+    set_lens(final_lens)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_gpu_matches(out, batch)
+
+
+@pytest.mark.gpu
+def test_gpu_write_kv() -> None:
+    from gossamer.kernels import attention as kernels
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    cache = torch.randn(2, 64, 16, 8, 64, generator=gen, device="cuda").to(torch.bfloat16)
+    k, v = torch.randn(2, 300, 8, 64, generator=gen, device="cuda").to(torch.bfloat16)
+    slots = torch.randperm(64 * 16, device="cuda")[:300]
+    slots[::7] = -1
+    expected = cache.clone()
+    TorchOps().write_kv(k, v, expected, slots)
+    kernels.write_kv(k, v, cache, slots)
+    assert torch.equal(cache, expected)
