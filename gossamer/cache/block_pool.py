@@ -76,8 +76,9 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True) -> None:
         if num_blocks < 2:
-            raise ValueError(f"a block pool needs at least 2 blocks (one is the null block), "
-                             f"got {num_blocks}")
+            raise ValueError(
+                f"a block pool needs at least 2 blocks (one is the null block), got {num_blocks}"
+            )
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.ref_counts = [0] * num_blocks
@@ -146,7 +147,12 @@ class BlockPool:
                     free.move_to_end(block_id, last=False)
 
     def cache_block(
-        self, block_id: int, group: int, block_hash: int, parent_hash: int, token_ids: tuple[int, ...]
+        self,
+        block_id: int,
+        group: int,
+        block_hash: int,
+        parent_hash: int,
+        token_ids: tuple[int, ...],
     ) -> bool:
         """Make a full, computed block findable by its key. False when caching is off, the block
         is already cached, or another block already holds that key (two requests computed the

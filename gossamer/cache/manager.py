@@ -29,11 +29,14 @@ Lifetime of a request's blocks, as the scheduler drives it:
 `fork(parent_id, child_id, num_tokens)` shares the parent's full computed blocks with a new request
 (n > 1 sampling) by reference count; the child computes the rest itself.
 
+NOTE: all tables of a request have the same length (a sliding table keeps null entries in front),
+so one number says how far a request's tables reach.
+
 The runner keeps its own copy of each table and receives only what changed:
-`take_new_block_ids(request_id)` returns, per group, the index where new entries start and the new
-entries. NOTE: entries a sliding group replaced by the null block are not re-sent; the runner's copy
-keeps stale ids there, which is harmless because they lie before the window of every query the
-request will make (attention kernels must not read blocks outside the window).
+`take_new_block_ids(request_id)` returns the index where new entries start and, per group, the new
+entries. Entries a sliding group replaced by the null block are not re-sent, and after a rollback
+the runner's copy may keep entries past the end; both are harmless because the runner only reads
+entries inside the window of a query and below cdiv(sequence length, block_size).
 """
 
 from __future__ import annotations
@@ -74,10 +77,10 @@ class _RequestBlocks:
     __slots__ = ("tables", "num_cached_blocks", "num_skipped_blocks", "num_synced_blocks")
 
     def __init__(self, tables: list[list[int]]) -> None:
-        self.tables = tables  # per group: block id per logical block
+        self.tables = tables  # per group: block id per logical block; all the same length
         self.num_cached_blocks = 0  # leading blocks already offered to the prefix cache
         self.num_skipped_blocks = [0] * len(tables)  # sliding groups: leading entries now NULL
-        self.num_synced_blocks = [0] * len(tables)  # leading entries the runner already has
+        self.num_synced_blocks = 0  # leading entries the runner already has
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -197,7 +200,10 @@ class KVCacheManager:
             return PrefixHit(0, num_tokens, self._empty_tables)
         max_blocks = (num_tokens - 1) // self.block_size  # always compute the last token
         extend_block_hashes(
-            request.block_hashes, request.all_token_ids, max_blocks, self.block_size,
+            request.block_hashes,
+            request.all_token_ids,
+            max_blocks,
+            self.block_size,
             request.cache_salt,
         )
         lookup = _Lookup(self.pool, request, self.block_size)
@@ -264,8 +270,9 @@ class KVCacheManager:
         self, request: CacheRequest, num_new_tokens: int, prefix_hit: PrefixHit | None = None
     ) -> bool:
         """Make room for `num_new_tokens` tokens after the request's computed ones (after the
-        hit's tokens for a request without blocks). False, with no blocks taken, if the pool is
-        short; the caller must then set `request.num_computed_tokens = prefix_hit.num_tokens`."""
+        hit's tokens for a request without blocks: on success the caller sets
+        `request.num_computed_tokens = prefix_hit.num_tokens`). All or nothing: False, with no
+        block taken, when the pool is short."""
         state = self._requests.get(request.request_id)
         if state is None:
             return self._allocate_new(request, num_new_tokens, prefix_hit)
@@ -274,8 +281,15 @@ class KVCacheManager:
         start = request.num_computed_tokens
         if self._sliding_groups:
             self._release_left_window(state, start)
-        num_blocks = _cdiv(start + num_new_tokens, self.block_size)
-        return self._grow(state, num_blocks, num_revived=0)
+        tables = state.tables
+        num_missing = -(-(start + num_new_tokens) // self.block_size) - len(tables[0])
+        if num_missing <= 0:
+            return True  # the common decode step: the last block still has room
+        if num_missing * len(tables) > self.pool.num_free_blocks:
+            return False
+        for table in tables:
+            table.extend(self.pool.allocate(num_missing))
+        return True
 
     def _allocate_new(
         self, request: CacheRequest, num_new_tokens: int, prefix_hit: PrefixHit | None
@@ -294,10 +308,16 @@ class KVCacheManager:
             for block_id in blocks
             if block_id != NULL_BLOCK_ID
         )
-        num_blocks = _cdiv(prefix_hit.num_tokens + num_new_tokens, self.block_size)
-        if not self._grow(state, num_blocks, num_revived, hit=prefix_hit):
-            return False
         hit_blocks = prefix_hit.num_tokens // self.block_size
+        num_missing = _cdiv(prefix_hit.num_tokens + num_new_tokens, self.block_size) - hit_blocks
+        if num_missing * len(state.tables) + num_revived > self.pool.num_free_blocks:
+            return False
+        # Take the hit first: its free blocks must leave the queue, not be evicted by allocate.
+        for blocks in prefix_hit.block_ids:
+            self.pool.touch(blocks)
+        if num_missing > 0:
+            for table in state.tables:
+                table.extend(self.pool.allocate(num_missing))
         state.num_cached_blocks = hit_blocks
         for group, window in self._sliding_groups:
             state.num_skipped_blocks[group] = min(
@@ -308,31 +328,10 @@ class KVCacheManager:
             self.pool.stats.record(prefix_hit.num_queried_tokens, prefix_hit.num_tokens)
         return True
 
-    def _grow(
-        self, state: _RequestBlocks, num_blocks: int, num_revived: int, hit: PrefixHit | None = None
-    ) -> bool:
-        """Extend every table to `num_blocks` entries, taking the hit's blocks first."""
-        tables = state.tables
-        num_missing = 0
-        for table in tables:
-            if len(table) < num_blocks:
-                num_missing += num_blocks - len(table)
-        if num_missing + num_revived > self.pool.num_free_blocks:
-            return False
-        if hit is not None:
-            # Before allocating: the hit's free blocks must leave the queue, not be evicted.
-            for blocks in hit.block_ids:
-                self.pool.touch(blocks)
-        if num_missing:
-            for table in tables:
-                if len(table) < num_blocks:
-                    table.extend(self.pool.allocate(num_blocks - len(table)))
-        return True
-
     def _release_left_window(self, state: _RequestBlocks, position: int) -> None:
         """Sliding groups: release the blocks no query at or after `position` can see."""
         for group, window in self._sliding_groups:
-            first = self._first_window_block(position, window)
+            first = (position - window + 1) // self.block_size  # _first_window_block, inlined
             skipped = state.num_skipped_blocks[group]
             if first <= skipped:
                 continue
@@ -379,14 +378,13 @@ class KVCacheManager:
                     f"cannot roll {request_id} back to {num_tokens} tokens: its sliding-window "
                     "blocks before that point are already released"
                 )
-        for group, table in enumerate(state.tables):
+        for table in state.tables:
             if len(table) > keep:
                 released = table[keep:]
                 del table[keep:]
                 released.reverse()
                 self.pool.free(released)
-                if state.num_synced_blocks[group] > keep:
-                    state.num_synced_blocks[group] = keep
+        state.num_synced_blocks = min(state.num_synced_blocks, keep)
         state.num_cached_blocks = min(state.num_cached_blocks, keep)
 
     def free(self, request_id: str) -> None:
@@ -423,24 +421,16 @@ class KVCacheManager:
 
     # ---- what the runner needs -------------------------------------------------------------
 
-    def take_new_block_ids(
-        self, request_id: str
-    ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-        """Per group: the table index where the runner's copy changes, and the entries from there
-        to the end. Marks them sent. A request seen for the first time gets its whole tables."""
+    def take_new_block_ids(self, request_id: str) -> tuple[int, tuple[tuple[int, ...], ...]]:
+        """The table index from which the runner's copy changes, and per group the entries from
+        there to the end; marks them sent. A request seen for the first time gets whole tables."""
         state = self._requests[request_id]
-        synced = state.num_synced_blocks
-        tables = state.tables
-        starts = tuple(synced)
-        new_ids = []
-        for group, table in enumerate(tables):
-            start = synced[group]
-            if len(table) > start:
-                new_ids.append(tuple(table[start:]))
-                synced[group] = len(table)
-            else:
-                new_ids.append(())
-        return starts, tuple(new_ids)
+        start = state.num_synced_blocks
+        length = len(state.tables[0])
+        if length == start:
+            return start, self._empty_tables
+        state.num_synced_blocks = length
+        return start, tuple(tuple(table[start:]) for table in state.tables)
 
 
 class _Lookup:

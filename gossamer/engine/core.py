@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from gossamer.cache.layout import KVCacheLayout, num_blocks_for_memory
@@ -55,7 +56,7 @@ class _Choice:
     params: SamplingParams
     generator: torch.Generator | None
     text: TextState | None
-    tables: list[list[int]] = field(default_factory=list)  # the runner's copy, per group
+    tables: BlockTables | None = None  # the runner's copy
     pending_children: list[Request] = field(default_factory=list)
 
 
@@ -98,6 +99,8 @@ class EngineCore:
             cuda_graphs=config.cuda_graphs,
         )
         self.sampler = Sampler(config.seed)
+        self.num_cache_groups = len(layout.groups)
+        self.max_blocks_per_seq = -(-self.max_model_len // config.block_size)
         self.choices: dict[str, _Choice] = {}  # scheduler request id -> choice
         self.user_requests: dict[str, list[str]] = {}  # user id -> scheduler ids
         self.stats = EngineStats()
@@ -201,10 +204,12 @@ class EngineCore:
         seqs, sample_ids = [], []
         for item in scheduled.scheduled_requests:
             choice = self.choices[item.request_id]
-            _sync_tables(choice.tables, item)
-            seqs.append(
-                SeqInput(item.token_ids, item.start_position, tuple(choice.tables), item.do_sample)
-            )
+            if choice.tables is None or item.is_new:
+                choice.tables = BlockTables(self.num_cache_groups, self.max_blocks_per_seq)
+            choice.tables.apply(item.block_table_start, item.new_block_ids)
+            num_blocks = -(-item.end_position // self.config.block_size)
+            tables = choice.tables.views(num_blocks)
+            seqs.append(SeqInput(item.token_ids, item.start_position, tables, item.do_sample))
             if item.do_sample:
                 sample_ids.append(item.request_id)
         if not seqs:
@@ -302,16 +307,23 @@ class EngineCore:
                 stats.generation_tokens += 1
 
 
-def _sync_tables(tables: list[list[int]], item) -> None:
-    """Apply the scheduler's block-table increments to the runner's copy."""
-    if item.is_new:
-        tables[:] = [list(ids) for ids in item.new_block_ids]
-        return
-    for table, start, new_ids in zip(
-        tables, item.block_table_starts, item.new_block_ids, strict=True
-    ):
-        del table[start:]
-        table.extend(new_ids)
+class BlockTables:
+    """A request's block tables, one int32 row per cache group, updated in place from the
+    scheduler's increments so that a step never rebuilds whole tables."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, num_groups: int, max_blocks: int) -> None:
+        self.rows = np.zeros((num_groups, max_blocks), dtype=np.int32)
+
+    def apply(self, start: int, new_ids: tuple[tuple[int, ...], ...]) -> None:
+        for group, ids in enumerate(new_ids):
+            if ids:
+                self.rows[group, start : start + len(ids)] = ids
+
+    def views(self, num_blocks: int) -> tuple[np.ndarray, ...]:
+        """The first `num_blocks` entries of each group's table."""
+        return tuple(self.rows[:, :num_blocks])
 
 
 def _blocks_for_budget(model, layout: KVCacheLayout, config: EngineConfig) -> int:

@@ -25,7 +25,7 @@ class SeqInput:
 
     token_ids: list[int]  # tokens fed this step
     start: int  # position of token_ids[0] (= tokens already in the KV cache)
-    block_tables: tuple[list[int], ...]  # per cache group; entry i holds positions i*bs..
+    block_tables: tuple  # per cache group, list or int32 array; entry i holds positions i*bs..
     num_logits: int = 1  # logits wanted for the last num_logits fed tokens (0 mid-prefill)
 
 
@@ -70,29 +70,43 @@ class ModelRunner:
         self.dev = {
             name: torch.from_numpy(array).to(self.device) for name, array in self.host.items()
         }
+        self._width = 1  # block-table columns the current step uses
 
     def _fill(self, seqs: list[SeqInput]) -> tuple[int, list[int], int, int]:
-        """Write the step into the host arrays; returns (num_tokens, logits rows, max q, max kv)."""
+        """Write the step into the host arrays; returns (num_tokens, logits rows, max q, max kv).
+        Sets self._width: the longest block table of the step (what must be uploaded)."""
         bs, host = self.block_size, self.host
-        cursor, rows, max_query, max_seq = 0, [], 0, 0
-        host["slot_mapping"].fill(-1)
+        input_ids, positions, slots = host["input_ids"], host["positions"], host["slot_mapping"]
+        block_tables, starts, seq_lens = (
+            host["block_tables"],
+            host["query_start_loc"],
+            host["seq_lens"],
+        )
+        cursor, rows, max_query, max_seq, width = 0, [], 0, 0, 1
         for i, seq in enumerate(seqs):
             n, end = len(seq.token_ids), seq.start + len(seq.token_ids)
-            positions = np.arange(seq.start, end)
-            host["input_ids"][cursor : cursor + n] = seq.token_ids
-            host["positions"][cursor : cursor + n] = positions
+            if n == 1:  # decode: scalar work beats building numpy arrays
+                input_ids[cursor] = seq.token_ids[0]
+                positions[cursor] = seq.start
+                for g, table in enumerate(seq.block_tables):
+                    slots[g, cursor] = table[seq.start // bs] * bs + seq.start % bs
+            else:
+                span = np.arange(seq.start, end)
+                input_ids[cursor : cursor + n] = seq.token_ids
+                positions[cursor : cursor + n] = span
+                for g, table in enumerate(seq.block_tables):
+                    table = np.asarray(table, dtype=np.int64)
+                    slots[g, cursor : cursor + n] = table[span // bs] * bs + span % bs
             for g, table in enumerate(seq.block_tables):
-                table_arr = np.asarray(table, dtype=np.int32)
-                host["block_tables"][g, i, : len(table)] = table_arr
-                host["block_tables"][g, i, len(table) :] = 0
-                if len(table):
-                    slots = table_arr[positions // bs].astype(np.int64) * bs + positions % bs
-                    host["slot_mapping"][g, cursor : cursor + n] = slots
+                # NOTE: entries past the table's length keep stale ids; kernels never read them.
+                block_tables[g, i, : len(table)] = table
+                width = max(width, len(table))
             rows.extend(range(cursor + n - seq.num_logits, cursor + n))
             cursor += n
-            host["query_start_loc"][i + 1] = cursor
-            host["seq_lens"][i] = end
+            starts[i + 1] = cursor
+            seq_lens[i] = end
             max_query, max_seq = max(max_query, n), max(max_seq, end)
+        self._width = width
         return cursor, rows, max_query, max_seq
 
     def _upload(self, num_tokens: int, num_seqs: int) -> None:
@@ -101,8 +115,9 @@ class ModelRunner:
         self.dev["slot_mapping"][:, :num_tokens].copy_(
             torch.from_numpy(self.host["slot_mapping"][:, :num_tokens])
         )
-        self.dev["block_tables"][:, :num_seqs].copy_(
-            torch.from_numpy(self.host["block_tables"][:, :num_seqs])
+        width = self._width
+        self.dev["block_tables"][:, :num_seqs, :width].copy_(
+            torch.from_numpy(self.host["block_tables"][:, :num_seqs, :width])
         )
         self.dev["query_start_loc"][: num_seqs + 1].copy_(
             torch.from_numpy(self.host["query_start_loc"][: num_seqs + 1])
@@ -168,7 +183,7 @@ class ModelRunner:
         host["input_ids"][num_seqs:graph_size] = 0
         host["positions"][num_seqs:graph_size] = 0
         host["slot_mapping"][:, num_seqs:graph_size] = -1
-        host["block_tables"][:, num_seqs:graph_size] = 0
+        host["block_tables"][:, num_seqs:graph_size, 0] = 0
         host["query_start_loc"][num_seqs + 1 : graph_size + 1] = np.arange(
             num_seqs + 1, graph_size + 1
         )

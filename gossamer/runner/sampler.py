@@ -51,10 +51,13 @@ class Sampler:
     def sample(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> SampleResult:
         """logits [N, vocab] (any float dtype, any device) -> one token per row."""
         raw = logits.float()
-        processed = raw.clone()
-        for i, row in enumerate(rows):
-            _apply_penalties(processed[i], row)
-            _ban_stop_tokens_before_min(processed[i], row)
+        processed = raw
+        adjust = [i for i, row in enumerate(rows) if _needs_adjusting(row)]
+        if adjust:
+            processed = raw.clone()
+        for i in adjust:
+            _apply_penalties(processed[i], rows[i])
+            _ban_stop_tokens_before_min(processed[i], rows[i])
         tokens = processed.argmax(dim=-1)
         random_rows = [i for i, row in enumerate(rows) if not row.params.greedy]
         if random_rows:
@@ -77,6 +80,11 @@ class Sampler:
 
 def _exponential(size: int, generator: torch.Generator) -> torch.Tensor:
     return torch.empty(size).exponential_(generator=generator)
+
+
+def _needs_adjusting(row: SamplingRow) -> bool:
+    params = row.params
+    return params.uses_penalties or len(row.output_token_ids) < params.min_tokens
 
 
 def _apply_penalties(logits: torch.Tensor, row: SamplingRow) -> None:

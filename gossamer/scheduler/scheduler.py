@@ -217,55 +217,53 @@ class Scheduler:
         """Choose the next batch (see the module doc for the rules)."""
         self._step += 1
         step = _Step(budget=self.max_num_batched_tokens)
-        for request in tuple(self.running):
-            if step.budget == 0:
-                break
-            if request.status is RequestStatus.RUNNING and self._is_decode(request):
-                self._schedule_running(request, step, is_decode=True)
-        for request in tuple(self.running):
-            if step.budget == 0:
-                break
-            if request.status is RequestStatus.RUNNING and not self._is_decode(request):
-                self._schedule_running(request, step, is_decode=False)
+        decodes, prefills = [], []
+        for request in self.running:
+            if len(request.all_token_ids) - request.num_computed_tokens == 1:
+                decodes.append(request)
+            else:
+                prefills.append(request)
+        for requests, is_decode in ((decodes, True), (prefills, False)):
+            for request in requests:
+                if step.budget == 0:
+                    break
+                if request.status is RequestStatus.RUNNING:  # not preempted earlier this step
+                    self._schedule_running(request, step, is_decode)
         if not step.preempted:
             self._admit_waiting(step)
         return self._build_output(step)
 
-    @staticmethod
-    def _is_decode(request: Request) -> bool:
-        return request.num_tokens - request.num_computed_tokens == 1
-
-    def _num_tokens_wanted(self, request: Request, budget: int) -> int:
-        num_pending = request.num_tokens - request.num_computed_tokens
-        if num_pending == 1:
-            num_pending += len(request.spec_token_ids)
-        if self.max_model_len is not None:
-            # Positions stay below max_model_len, drafts included.
-            num_pending = min(num_pending, self.max_model_len - request.num_computed_tokens)
-        return min(num_pending, budget)
-
-    def _schedule_running(self, request: Request, step: _Step, *, is_decode: bool) -> None:
-        num_new = self._num_tokens_wanted(request, step.budget)
-        manager = self.kv_cache_manager
-        while not manager.allocate_slots(request, num_new):
+    def _schedule_running(self, request: Request, step: _Step, is_decode: bool) -> None:
+        start = request.num_computed_tokens
+        num_new = len(request.all_token_ids) - start
+        if is_decode and request.spec_token_ids:
+            num_new += len(request.spec_token_ids)
+        if self.max_model_len is not None and num_new > self.max_model_len - start:
+            num_new = self.max_model_len - start  # positions, drafts included, stay in context
+        if num_new > step.budget:
+            num_new = step.budget
+        allocate_slots = self.kv_cache_manager.allocate_slots
+        while not allocate_slots(request, num_new):
             if is_decode and num_new > 1:
                 num_new = 1  # drop the drafts before taking anyone's blocks
                 continue
             victim = max(self.running, key=_arrival_order)
             if victim is request and len(self.running) == 1:
-                # Alone and still short of blocks: this request has outgrown the cache.
-                self.running.remove(request)
-                self._release(request, FinishReason.LENGTH)
-                self._finished_ids.append(request.request_id)
-                self._pending_updates.append(
-                    RequestUpdate(request.request_id, [], FinishReason.LENGTH)
-                )
+                self._finish_outgrown(request)
                 return
             self._preempt(victim, step)
             if victim is request:
                 return
         step.scheduled[request.request_id] = (request, num_new, is_decode)
         step.budget -= num_new
+
+    def _finish_outgrown(self, request: Request) -> None:
+        """Alone and still short of blocks: the request has outgrown the whole cache."""
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        self._release(request, FinishReason.LENGTH)
+        self._finished_ids.append(request.request_id)
+        self._pending_updates.append(RequestUpdate(request.request_id, [], FinishReason.LENGTH))
 
     def _preempt(self, request: Request, step: _Step) -> None:
         self.kv_cache_manager.free(request.request_id)
@@ -291,7 +289,13 @@ class Scheduler:
             hit = manager.find_cached_prefix(request)
             num_new = min(request.num_tokens - hit.num_tokens, step.budget)
             if not manager.allocate_slots(request, num_new, hit):
-                return
+                if self.running:
+                    return  # wait for running requests to finish or be preempted
+                # Nothing holds a block and the head still does not fit: a preempted request
+                # that grew past what the cache can recompute. Waiting would loop forever.
+                self.waiting.popleft()
+                self._finish_outgrown(request)
+                continue
             self.waiting.popleft()
             request.num_computed_tokens = hit.num_tokens
             if request.num_cached_tokens < 0:
@@ -302,7 +306,7 @@ class Scheduler:
             step.budget -= num_new
 
     def _build_output(self, step: _Step) -> SchedulerOutput:
-        manager = self.kv_cache_manager
+        take_new_block_ids = self.kv_cache_manager.take_new_block_ids
         scheduled = []
         num_tokens = num_decodes = 0
         for request_id, (request, num_new, is_decode) in step.scheduled.items():
@@ -315,20 +319,20 @@ class Scheduler:
             else:
                 num_drafts = 0
                 token_ids = tokens[start : start + num_new]
-            starts, new_block_ids = manager.take_new_block_ids(request_id)
+            block_table_start, new_block_ids = take_new_block_ids(request_id)
             scheduled.append(
                 ScheduledRequest(
-                    request_id=request_id,
-                    token_ids=token_ids,
-                    start_position=start,
-                    num_new_tokens=num_new,
-                    num_draft_tokens=num_drafts,
-                    do_sample=num_new >= num_pending,
-                    is_new=not any(starts),
-                    block_table_starts=starts,
-                    new_block_ids=new_block_ids,
-                    num_prompt_tokens=len(request.prompt_token_ids),
-                    sampling_params=request.sampling_params,
+                    request_id,
+                    token_ids,
+                    start,
+                    num_new,
+                    num_drafts,
+                    num_new >= num_pending,
+                    block_table_start == 0,
+                    block_table_start,
+                    new_block_ids,
+                    len(request.prompt_token_ids),
+                    request.sampling_params,
                 )
             )
             num_tokens += num_new
@@ -357,9 +361,10 @@ class Scheduler:
         `schedule()` because the cache was too small)."""
         updates, self._pending_updates = self._pending_updates, []
         any_finished = False
+        requests = self.requests
         manager = self.kv_cache_manager
         for scheduled in output.scheduled_requests:
-            request = self.requests.get(scheduled.request_id)
+            request = requests.get(scheduled.request_id)
             if request is None or request.status is not RequestStatus.RUNNING:
                 continue  # aborted or finished since schedule()
             num_computed = scheduled.start_position + scheduled.num_new_tokens
@@ -368,12 +373,20 @@ class Scheduler:
                 manager.cache_computed_blocks(request)
                 continue
             new_token_ids = sampled_token_ids.get(scheduled.request_id)
-            num_rejected = self._num_rejected(scheduled, new_token_ids)
-            request.spec_token_ids = []
-            request.num_computed_tokens = num_computed - num_rejected
-            if num_rejected:
-                manager.truncate(request.request_id, request.num_computed_tokens)
-            new_token_ids, reason = self._append_tokens(request, new_token_ids)
+            if scheduled.num_draft_tokens or not new_token_ids or len(new_token_ids) != 1:
+                num_rejected = self._num_rejected(scheduled, new_token_ids)
+                request.num_computed_tokens = num_computed - num_rejected
+                if num_rejected:
+                    manager.truncate(request.request_id, num_computed - num_rejected)
+                new_token_ids, reason = self._append_tokens(request, new_token_ids)
+            else:  # the common case: one token, no drafts
+                request.num_computed_tokens = num_computed
+                token = new_token_ids[0]
+                request.output_token_ids.append(token)
+                request.all_token_ids.append(token)
+                reason = self._stop_reason(request, token)
+            if request.spec_token_ids:
+                request.spec_token_ids = []
             manager.cache_computed_blocks(request)
             if reason is not None:
                 self._release(request, reason)
@@ -402,9 +415,10 @@ class Scheduler:
         self, request: Request, new_token_ids: list[int]
     ) -> tuple[list[int], FinishReason | None]:
         """Append tokens up to the first one that ends the request."""
+        output, tokens = request.output_token_ids, request.all_token_ids
         for index, token in enumerate(new_token_ids):
-            request.output_token_ids.append(token)
-            request.all_token_ids.append(token)
+            output.append(token)
+            tokens.append(token)
             reason = self._stop_reason(request, token)
             if reason is not None:
                 return new_token_ids[: index + 1], reason

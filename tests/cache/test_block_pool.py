@@ -22,7 +22,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
         super().__init__()
         self.pool = BlockPool(NUM_BLOCKS)
         self.held: Counter[int] = Counter()
-        self.content: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # block -> (hash, parent, tokens)
+        # block -> (hash, parent hash, tokens) it was cached with
+        self.content: dict[int, tuple[int, int, tuple[int, ...]]] = {}
         self.next_hash = 1
 
     @rule(count=st.integers(0, NUM_BLOCKS))
@@ -104,7 +105,9 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert sorted(self.pool.allocate(NUM_BLOCKS - 1)) == list(range(1, NUM_BLOCKS))
 
 
-BlockPoolMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+BlockPoolMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
 TestBlockPool = BlockPoolMachine.TestCase
 
 

@@ -180,14 +180,14 @@ def test_truncate_releases_blocks_and_resends_from_the_cut():
     free_before = manager.num_free_blocks
     request.all_token_ids.append(10)
     assert manager.allocate_slots(request, 9)  # one token + 8 drafts: positions 10..18
-    starts, new_ids = manager.take_new_block_ids("a")
-    assert starts == (3, 3) and [len(ids) for ids in new_ids] == [2, 2]
+    start, new_ids = manager.take_new_block_ids("a")
+    assert start == 3 and [len(ids) for ids in new_ids] == [2, 2]
     manager.truncate("a", 12)  # accepted one draft: positions 10, 11 are kept
     assert [len(t) for t in manager.block_tables("a")] == [3, 3]
     assert manager.num_free_blocks == free_before
     request.num_computed_tokens = 12
     assert manager.allocate_slots(request, 1)
-    assert manager.take_new_block_ids("a")[0] == (3, 3)
+    assert manager.take_new_block_ids("a")[0] == 3
     with pytest.raises(ValueError, match="already released"):
         for _ in range(20):
             request.num_computed_tokens += 1

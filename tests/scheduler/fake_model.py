@@ -89,11 +89,10 @@ class FakeRunner:
         if scheduled.is_new:
             self.tables[scheduled.request_id] = [[] for _ in self.manager.groups]
         tables = self.tables[scheduled.request_id]
-        for table, start, new_ids in zip(
-            tables, scheduled.block_table_starts, scheduled.new_block_ids, strict=True
-        ):
-            del table[start:]
-            table.extend(new_ids)
+        start = scheduled.block_table_start
+        for table, new_ids in zip(tables, scheduled.new_block_ids, strict=True):
+            # Like a fixed-width tensor row: overwrite from `start`, keep what lies past the end.
+            table[start : start + len(new_ids)] = new_ids
         return tables
 
     def _slot(self, table: list[int], position: int) -> int:
