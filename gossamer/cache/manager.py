@@ -18,9 +18,12 @@ Lifetime of a request's blocks, as the scheduler drives it:
    Before allocating, sliding groups release the blocks that no future query can see: the next
    query is at position p = num_computed_tokens and sees keys p - window + 1 .. p, so block j can go
    once (j + 1) * block_size <= p - window + 1. Doing this at p (before the step runs) keeps the
-   blocks that a rollback of this step's draft tokens could still need.
+   blocks that a rollback of this step's draft tokens could still need. So while decoding, a
+   sliding table holds at most cdiv(window - 1, block_size) + 1 blocks; during a prefill chunk of
+   C tokens it also holds the chunk's blocks (`num_blocks_needed` accounts for that peak).
 3. `cache_computed_blocks(request)` after each step: full blocks whose tokens are all computed get
-   their chained hash and become prefix-cache entries.
+   their chained hash and become prefix-cache entries. Registering only after the step means no
+   request can ever hit a block whose KV is still being written.
 4. `truncate(request_id, num_tokens)`: speculative-decoding rollback; blocks past the kept tokens
    go back to the pool.
 5. `free(request_id)`: finished, aborted or preempted; every block loses one reference, cached

@@ -176,11 +176,14 @@ class EngineCore:
     def abort(self, request_id: str) -> list[RequestOutput]:
         """End every choice of a user request now; its blocks are free when this returns."""
         outputs = []
-        for internal_id in self.user_requests.pop(request_id, []):
-            choice = self.choices.pop(internal_id, None)
+        for internal_id in self.user_requests.get(request_id, []):
             self.scheduler.abort(internal_id)
+            choice = self.choices.pop(internal_id, None)
             if choice is not None:
                 outputs.append(self._final_output(choice, "abort"))
+        # NOTE: forgotten last, so that another thread never sees the request gone before its
+        # blocks are back in the pool.
+        self.user_requests.pop(request_id, None)
         return outputs
 
     def has_unfinished_requests(self) -> bool:

@@ -138,15 +138,16 @@ class Scheduler:
         return low
 
     def fork(self, parent_id: str, child: Request) -> int:
-        """Start `child` (same prompt as the running `parent_id`) on the parent's computed full
-        blocks, shared copy-free, for n > 1 sampling. Returns the number of shared tokens; with 0
-        (nothing to share, or `max_num_seqs` reached) the child is queued like `add_request`,
-        where the prefix cache still shares the parent's cached blocks."""
-        parent = self.requests.get(parent_id)
-        if parent is None or parent.status is not RequestStatus.RUNNING:
-            raise SchedulerError(f"cannot fork {parent_id!r}: it is not running")
+        """Start `child` (same prompt as `parent_id`) on the parent's computed full blocks,
+        shared copy-free, for n > 1 sampling. Returns the number of shared tokens. With 0
+        (parent not running, nothing to share, or `max_num_seqs` reached) the child is queued
+        like `add_request`, where the prefix cache still finds the parent's cached blocks."""
         if child.request_id in self.requests:
             raise DuplicateRequestError(f"a request with id {child.request_id!r} is running")
+        parent = self.requests.get(parent_id)
+        if parent is None or parent.status is not RequestStatus.RUNNING:
+            self.add_request(child)
+            return 0
         num_tokens = min(parent.num_computed_tokens, child.num_tokens - 1)
         if parent.all_token_ids[:num_tokens] != child.all_token_ids[:num_tokens]:
             raise SchedulerError(f"{child.request_id!r} does not share {parent_id!r}'s prompt")

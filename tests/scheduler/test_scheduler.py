@@ -331,7 +331,11 @@ def test_fork_shares_the_prompt_blocks():
     shared = scheduler.fork("parent", Request("child", list(prompt), Params(max_tokens=6)))
     assert shared == 20  # 22 computed prompt positions, rounded down to blocks
     assert scheduler.kv_cache_manager.num_free_blocks == free_before  # nothing copied
+    # A parent that is gone (or a full batch) queues the child like a new request.
+    assert scheduler.fork("nobody", Request("orphan", list(prompt), Params(max_tokens=6))) == 0
+    assert scheduler.get_request("orphan").status is RequestStatus.WAITING
     outputs, _, _ = drive(scheduler, runner)
+    assert outputs["orphan"] == outputs["child"]
     assert (
         outputs["child"]
         == first.new_token_ids + outputs["parent"]
