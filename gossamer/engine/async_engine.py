@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gossamer.engine.core import EngineCore
 from gossamer.engine.errors import EngineDeadError
 from gossamer.engine.outputs import EngineStats, RequestOutput
+from gossamer.models import DEFAULT_MODEL
 from gossamer.sampling_params import SamplingParams
 from gossamer.tokenizer import Tokenizer
 
@@ -60,8 +61,7 @@ class AsyncEngine:
         if loaded.checkpoint is not None and (loaded.checkpoint / "tokenizer.json").is_file():
             tokenizer = Tokenizer.from_file(loaded.checkpoint)
         core = EngineCore(loaded.model, tokenizer, engine_config_from_args(args))
-        name = getattr(args, "served_model_name", None) or args.model or "gpt-oss-mini"
-        return cls(core, name)
+        return cls(core, served_name(args))
 
     # ---- client side (event loop) --------------------------------------------------------------
 
@@ -157,3 +157,11 @@ class AsyncEngine:
             stream.put(output)
             if output.finished and not self.core.user_requests.get(output.request_id):
                 self._streams.pop(output.request_id, None)
+
+
+def served_name(args: argparse.Namespace) -> str:
+    """The model name clients see: --served-model-name, else --model as given, else the default."""
+    names = getattr(args, "served_model_name", None)
+    if names:
+        return names[0] if isinstance(names, list) else names
+    return args.model or DEFAULT_MODEL

@@ -1,0 +1,273 @@
+"""Triton MXFP4 MoE (gossamer/kernels/moe_mxfp4.py) on gpt-oss-120b shapes, beside its byte floor.
+
+    python benchmarks/kernels_moe.py          # prints tables; writes $OUT/kernels_moe.json if OUT is set
+
+One MoE layer: hidden 2880, intermediate 2880, 128 experts, top-4, bf16 activations, random packed
+weights. Rows:
+  * each path (decode GEMV, grouped GEMM) at several batch sizes T. Timed like the model runs it: one
+    CUDA graph holding `calls` back-to-back layer calls with different routings (at T=1 call c uses
+    experts 4c..4c+3, so consecutive calls never share weights and nothing is served from the
+    60 MB L2), replayed; time per call = replay time / calls (launch gaps included);
+  * a per-kernel breakdown at T=1 (triton.testing.do_bench, L2 flushed before each run);
+  * a small sweep of the decode tile configs at T=1 (per kernel, do_bench).
+floor_us: the bytes the call must read (packed weights + scales + biases of the distinct experts it
+routes to, plus activations in and out) over the device-to-device copy bandwidth measured here.
+TB/s: bytes the kernels actually read per second (the GEMV path reads an expert once per (token,
+slot), so at T>1 it may read more than the floor's distinct experts). Every path row is checked once
+against the torch reference in fp32 (`ok`: norm-wise relative error < 1e-2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+
+from gossamer.kernels import moe_mxfp4 as moe
+from gossamer.ops.base import ExpertWeights
+from gossamer.ops.torch_ref import TorchOps
+
+HIDDEN, INTER, EXPERTS, TOP_K = 2880, 2880, 128, 4
+LIMIT, ALPHA = 7.0, 1.702
+DTYPE = torch.bfloat16
+DEVICE = "cuda"  # a CPU dry run of this script's glue (tiny shapes, interpreter) swaps it
+
+GATE_UP_BYTES = 2 * INTER * (HIDDEN // 2 + HIDDEN // 32 + 2)  # packed + scales + bf16 bias
+DOWN_BYTES = HIDDEN * (INTER // 2 + INTER // 32 + 2)
+EXPERT_BYTES = GATE_UP_BYTES + DOWN_BYTES
+
+
+def copy_bandwidth(gib: int = 2) -> float:
+    """Bytes/s of a large device-to-device copy, counting the read and the write."""
+    src = torch.empty(gib << 30, dtype=torch.uint8, device=DEVICE).random_()
+    dst = torch.empty_like(src)
+    seconds = _median_seconds(lambda: dst.copy_(src), repeats=10)
+    return 2 * (gib << 30) / seconds
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def _graph_seconds_per_call(calls: list) -> float:
+    """Median time of one call when `calls` run back to back in one CUDA graph."""
+    for call in calls:  # compile and warm every launch before the capture
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return _median_seconds(graph.replay, repeats=10) / len(calls)
+
+
+def make_experts(seed: int = 0) -> ExpertWeights:
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    e, h, i = EXPERTS, HIDDEN, INTER
+
+    def packed(*shape):
+        return torch.randint(0, 256, shape, generator=g, device=DEVICE, dtype=torch.uint8)
+
+    def scales(*shape):
+        return torch.randint(119, 122, shape, generator=g, device=DEVICE, dtype=torch.uint8)
+
+    return ExpertWeights(
+        gate_up_bias=(0.1 * torch.randn(e, 2 * i, generator=g, device=DEVICE)).to(DTYPE),
+        down_bias=(0.1 * torch.randn(e, h, generator=g, device=DEVICE)).to(DTYPE),
+        gate_up_blocks=packed(e, 2 * i, h // 32, 16),
+        gate_up_scales=scales(e, 2 * i, h // 32),
+        down_blocks=packed(e, h, i // 32, 16),
+        down_scales=scales(e, h, i // 32),
+    )
+
+
+def make_calls(tokens: int, calls: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, router_logits) per call. At T=1 call c routes to experts 4c..4c+3 (mod 128)."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    inputs = []
+    for call in range(calls):
+        x = torch.randn(tokens, HIDDEN, generator=g, device=DEVICE).to(DTYPE)
+        if tokens == 1:
+            logits = torch.zeros(1, EXPERTS, device=DEVICE)
+            first = (TOP_K * call) % EXPERTS
+            logits[0, first : first + TOP_K] = torch.arange(TOP_K, 0, -1, device=DEVICE) + 4.0
+        else:
+            logits = torch.randn(tokens, EXPERTS, generator=g, device=DEVICE)
+        inputs.append((x, logits.to(DTYPE)))
+    return inputs
+
+
+def floor_bytes(logits: torch.Tensor) -> tuple[int, int]:
+    """(bytes of the distinct experts + activations, expert reads of the GEMV path) for one call."""
+    tokens = logits.shape[0]
+    distinct = torch.topk(logits.float(), TOP_K, dim=-1).indices.unique().numel()
+    activations = 2 * tokens * HIDDEN * 2  # x in, out
+    return distinct * EXPERT_BYTES + activations, tokens * TOP_K * EXPERT_BYTES + activations
+
+
+def check(fn, experts: ExpertWeights, x: torch.Tensor, logits: torch.Tensor) -> tuple[bool, float]:
+    fp32 = dataclasses.replace(
+        experts, gate_up_bias=experts.gate_up_bias.float(), down_bias=experts.down_bias.float()
+    )
+    expected = TorchOps().moe(x.float(), logits.float(), fp32, TOP_K, LIMIT, ALPHA)
+    out = fn(x, logits).float()
+    err = ((out - expected).norm() / expected.norm()).item()
+    return err < 1e-2 and bool(torch.isfinite(out).all()), err
+
+
+def calls_per_graph(tokens: int) -> int:
+    """Enough calls that one replay reads several times the L2 (T=1: 32 x 53 MB)."""
+    return 32 if tokens <= 16 else (8 if tokens <= 64 else 2)
+
+
+def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dict:
+    fn = {
+        "decode": lambda x, lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA),
+        "grouped": lambda x, lg: moe.moe_mxfp4_grouped(x, lg, experts, TOP_K, LIMIT, ALPHA),
+    }[path]
+    inputs = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
+    ok, err = check(fn, experts, *inputs[0])
+    floors = [floor_bytes(logits) for _, logits in inputs]
+    floor = statistics.mean(f for f, _ in floors)
+    if path == "decode":
+        moved = statistics.mean(m for _, m in floors)
+    else:
+        moved = floor
+    note = ""
+    try:
+        seconds = _graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in inputs])
+    except Exception as exc:  # noqa: BLE001 -- report and fall back to plain timing
+        note = f"graph capture failed ({type(exc).__name__}: {exc}); do_bench instead"
+        torch.cuda.synchronize()
+        seconds = triton.testing.do_bench(lambda: fn(*inputs[0]), return_mode="median") / 1e3
+    return {
+        "path": path,
+        "tokens": tokens,
+        "us": seconds * 1e6,
+        "floor_us": floor / bw * 1e6,
+        "bytes_floor": floor,
+        "bytes_read": moved,
+        "tb_s": moved / seconds / 1e12,
+        "ok": ok,
+        "rel_err": err,
+        "note": note,
+    }
+
+
+def bench_kernels_t1(experts: ExpertWeights, bw: float) -> list[dict]:
+    """Per-kernel times of the decode path at T=1 and a small sweep of its tile configs."""
+    x, logits = make_calls(1, 1, seed=7)[0]
+    ids, route_w, x_planes = moe.route(logits, TOP_K, x)
+    act = torch.empty(TOP_K, 8, INTER // 8, dtype=torch.float32, device=DEVICE)
+    out = torch.empty_like(x)
+    words_gu = experts.gate_up_blocks.view(torch.int32)
+    words_dn = experts.down_blocks.view(torch.int32)
+    rows = []
+
+    def gate_up(cfg):
+        moe._decode_gate_up_kernel[(triton.cdiv(INTER, cfg["BLOCK_PAIRS"]), TOP_K)](
+            x_planes, ids, words_gu, experts.gate_up_scales, experts.gate_up_bias, act,
+            LIMIT, ALPHA, H=HIDDEN, INTER=INTER, TOP_K=TOP_K, PTX=moe._ptx(), **cfg,
+        )  # fmt: skip
+
+    def down(cfg):
+        moe._decode_down_kernel[(triton.cdiv(HIDDEN, cfg["BLOCK_ROWS"]), 1)](
+            act, ids, route_w, words_dn, experts.down_scales, experts.down_bias, out,
+            H=HIDDEN, INTER=INTER, TOP_K=TOP_K, K_P2=TOP_K, PTX=moe._ptx(), **cfg,
+        )  # fmt: skip
+
+    def add(name: str, fn, nbytes: float):
+        us = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+        rows.append({"kernel": name, "us": us, "floor_us": nbytes / bw * 1e6,
+                     "tb_s": nbytes / us / 1e6})  # fmt: skip
+
+    add("route+x_planes", lambda: moe.route(logits, TOP_K, x), EXPERTS * 2 + HIDDEN * 6)
+    gate_up_sweep = [
+        moe.DECODE_GATE_UP,
+        {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 8, "num_warps": 4},
+        {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 8, "num_warps": 8},
+    ]
+    for cfg in gate_up_sweep:
+        add(f"gate_up {_cfg_name(cfg)}", lambda cfg=cfg: gate_up(cfg), TOP_K * GATE_UP_BYTES)
+    down_sweep = [
+        moe.DECODE_DOWN,
+        {"BLOCK_ROWS": 8, "GROUPS_PER_STEP": 16, "num_warps": 2},
+        {"BLOCK_ROWS": 4, "GROUPS_PER_STEP": 8, "num_warps": 1},
+    ]
+    for cfg in down_sweep:
+        add(f"down {_cfg_name(cfg)}", lambda cfg=cfg: down(cfg), TOP_K * DOWN_BYTES)
+    return rows
+
+
+def _cfg_name(cfg: dict) -> str:
+    return "/".join(str(v) for v in cfg.values())
+
+
+def main() -> None:
+    started = time.time()
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    experts = make_experts()
+    print(
+        f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}"
+        f"  copy {bw / 1e12:.2f} TB/s  expert {EXPERT_BYTES / 1e6:.2f} MB"
+    )
+    print(f"{'path':8s} {'T':>5s} {'us':>9s} {'floor_us':>9s} {'%floor':>6s} {'TB/s':>6s} check")
+    rows = []
+    plan = [("decode", t) for t in (1, 2, 4, 8)] + [("grouped", t) for t in (4, 8, 16, 64, 1024)]
+    for path, tokens in plan:
+        row = bench_path(path, tokens, experts, bw)
+        rows.append(row)
+        pct = 100 * row["floor_us"] / row["us"]
+        ok = f"ok ({row['rel_err']:.1e})" if row["ok"] else f"MISMATCH ({row['rel_err']:.1e})"
+        print(
+            f"{path:8s} {tokens:5d} {row['us']:9.1f} {row['floor_us']:9.1f} {pct:5.0f}% "
+            f"{row['tb_s']:6.2f} {ok} {row['note']}"
+        )
+    print(f"\n{'kernel (T=1, do_bench)':34s} {'us':>8s} {'floor_us':>9s} {'TB/s':>6s}")
+    kernel_rows = bench_kernels_t1(experts, bw)
+    for row in kernel_rows:
+        print(f"{row['kernel']:34s} {row['us']:8.1f} {row['floor_us']:9.1f} {row['tb_s']:6.2f}")
+    print(f"# {time.time() - started:.0f} s")
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        result = {
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": platform.python_version(),
+            "copy_bandwidth_bytes_s": bw,
+            "expert_bytes": EXPERT_BYTES,
+            "paths": rows,
+            "kernels_t1": kernel_rows,
+            "configs": {
+                "DECODE_MAX_PAIRS": moe.DECODE_MAX_PAIRS,
+                "DECODE_GATE_UP": moe.DECODE_GATE_UP,
+                "DECODE_DOWN": moe.DECODE_DOWN,
+                "GROUPED_GATE_UP": moe.GROUPED_GATE_UP,
+                "GROUPED_DOWN": moe.GROUPED_DOWN,
+            },
+        }
+        Path(out_dir, "kernels_moe.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

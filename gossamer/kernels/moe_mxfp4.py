@@ -1,0 +1,1069 @@
+"""Triton MoE for GPT-OSS's MXFP4 experts: routing, a batch-1 GEMV path and a grouped-GEMM path.
+
+`moe_mxfp4` has the signature of `Ops.moe` and matches `TorchOps().moe` (fp32 accumulation).
+
+Routing (one kernel, one program per token): top-k of the router logits (ties go to the lower
+expert id), softmax over the chosen k in fp32. Writes expert ids [T*k] int32 and weights [T*k] fp32.
+
+Decode path (T * top_k <= DECODE_MAX_PAIRS), three launches, no host syncs:
+  1. routing, which also writes x in fp32 in the "nibble-plane" order the GEMV reads (below);
+  2. gate_up GEMV: one program per (block of intermediate pairs, (token, slot)); it streams the
+     packed rows 2j (gate) and 2j+1 (up) of its expert, dequantizes in registers, accumulates in
+     fp32, adds the bias and applies the clamped SwiGLU, writing the activation [T*k, I] (fp32, in
+     nibble-plane order);
+  3. down GEMV: one program per (block of output rows, token); it streams the rows of all k experts
+     of its token at once, adds each bias, weighs by the routing weight and sums, writing [T, H].
+  Each chosen expert's bytes are read once per (token, slot) and no atomics are needed.
+
+Grouped path (larger batches, and dense weights): the T*k (token, slot) pairs are sorted by expert
+with graph-safe torch ops; a program takes a tile of BLOCK_M rows of one expert (a tile-to-expert map
+is found in-kernel from the cumulative tile counts) and a tile of output columns, dequantizes the
+weight tile in registers and feeds tl.dot (fp32 accumulate). gate_up fuses bias and SwiGLU; down
+writes each pair's output scaled by its routing weight, then a sum over the k slots gives [T, H].
+The grid is sized by an upper bound of tiles and programs without work exit at once. With at most
+32 rows per tile the accumulator is kept transposed (SWAP_AB: weights are the M >= 64 operand).
+
+MXFP4 decoding. A packed row is read as int32 words (8 e2m1 codes per word; code i of a word is
+element 8w+i of the row, the low nibble of a byte being the even element). Codes i and i+4 sit 16
+bits apart, so two shifts and masks turn them into a 2-lane word:
+  * GEMV: fp16 lanes (magnitude bits to 9..11, sign to 15) hold exactly e2m1 * 2^-14 (the e2m1
+    subnormal 0.5 lands on an fp16 subnormal, which fp16 -> fp32 conversion keeps); the 2^14 is
+    folded into the group scale 2^(s-127). The GEMV wants x in the matching "nibble planes" order
+    x_planes[t, i, q] = x[t, 8q + i], so each code of a word meets a contiguous vector of x.
+  * grouped (inline PTX): bf16 lanes (magnitude to 6..8, sign to 15) hold e2m1 * 2^-126, and one
+    packed bf16 fma by 2^(s-65) gives weight * 2^-64 exactly (2^(s-1) would overflow bf16 for
+    s > 128); the fp32 accumulator is multiplied by 2^64 once at the end. The two lanes of a word become adjacent K
+    positions ("paired" K order: in each run of 8, position 2j + h holds element j + 4h), which is
+    how tensor-core operand registers pair values; x and the activations are stored in that order.
+Without inline PTX (the interpreter, or USE_INLINE_PTX = False) both paths decode through fp16.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gossamer.ops.base import ExpertWeights
+
+MXFP4_GROUP = 32  # elements per e8m0 scale
+# T * top_k up to this uses the GEMV path. Below it, re-reading an expert that two tokens share
+# costs little (at T=8, k=4, 128 experts: 32 expert reads vs ~28.4 distinct, +13% bytes) and the
+# GEMV avoids the sort, the padded tensor-core tiles and ~10 extra small launches. Above it the
+# grouped path reads each chosen expert once. benchmarks/kernels_moe.py times both around it.
+DECODE_MAX_PAIRS = 32
+
+# Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).
+DECODE_GATE_UP = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 16, "num_warps": 4}
+DECODE_DOWN = {"BLOCK_ROWS": 4, "GROUPS_PER_STEP": 16, "num_warps": 2}
+GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
+GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
+# Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
+# this BLOCK_M: fewer instructions per weight at 16 and 32 rows, register spills at 64 (sm_90 SASS).
+SWAP_AB_MAX_BLOCK_M = 32
+
+# int32 masks for two fp16 lanes of a word. 0x80008000 does not fit an int32 literal, so it is
+# written as the signed value with the same bits.
+_MAG_PAIR = tl.constexpr(0x0E000E00)
+_SIGN_PAIR = tl.constexpr(0x80008000 - (1 << 32))
+_FP16_OFFSET_EXP = tl.constexpr(14)  # fp16-encoded e2m1 values are e2m1 * 2^-14
+
+
+def _is_interpreted(kernel: object) -> bool:
+    """True when TRITON_INTERPRET was set as the kernels were defined (decorated)."""
+    return type(kernel).__name__ == "InterpretedFunction"
+
+
+class MoEShapeError(ValueError):
+    """The MoE inputs do not fit together (wrong shapes, dtypes or top_k)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared device helpers
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _e8m0_scale(scales):
+    """uint8 e8m0 exponents s -> fp32 2^(s-127) * 2^14 (undoes the fp16 encoding's 2^-14)."""
+    biased = tl.minimum(scales.to(tl.int32) + _FP16_OFFSET_EXP, 254)
+    return (biased << 23).to(tl.float32, bitcast=True)
+
+
+_UNPACK_PTX = tl.constexpr(
+    """{
+    .reg .b16 l0, h0, l1, h1, l2, h2, l3, h3;
+    mov.b32 {l0, h0}, $8;
+    mov.b32 {l1, h1}, $9;
+    mov.b32 {l2, h2}, $10;
+    mov.b32 {l3, h3}, $11;
+    cvt.f32.f16 $0, l0;
+    cvt.f32.f16 $1, h0;
+    cvt.f32.f16 $2, l1;
+    cvt.f32.f16 $3, h1;
+    cvt.f32.f16 $4, l2;
+    cvt.f32.f16 $5, h2;
+    cvt.f32.f16 $6, l3;
+    cvt.f32.f16 $7, h3;
+}"""
+)
+
+
+@triton.jit
+def _unpack_halves(p0, p1, p2, p3, PTX: tl.constexpr):
+    """Four int32 tensors of fp16 pairs -> (low, high lane of p0, of p1, ...) as fp32 (exact)."""
+    if PTX:
+        # NOTE: the plain path below makes LLVM repack the int16 truncations with PRMTs; this
+        # unpack becomes one HADD2.F32 per value (the lane select is free) on sm_80+.
+        return tl.inline_asm_elementwise(
+            asm=_UNPACK_PTX,
+            constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r",
+            args=[p0, p1, p2, p3],
+            dtype=(tl.float32,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        return (
+            p0.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            (p0 >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            p1.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            (p1 >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            p2.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            (p2 >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            p3.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            (p3 >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+        )
+
+
+@triton.jit
+def _word_products(words, x0, x1, x2, x3, x4, x5, x6, x7, PTX: tl.constexpr):
+    """sum_i e2m1(code i of each word) * 2^-14 * x_i, elementwise over the words' shape.
+
+    words: int32, 8 codes each; x_i: fp32 broadcastable to words, x_i matching code i.
+    Codes j and j+4 sit 16 bits apart, so one pair of shifts and masks makes both fp16 lanes.
+    Written as one multiply-add chain so that it compiles to FFMAs."""
+    p0 = ((words << 9) & _MAG_PAIR) | ((words << 12) & _SIGN_PAIR)  # codes 0 and 4
+    p1 = ((words << 5) & _MAG_PAIR) | ((words << 8) & _SIGN_PAIR)  # codes 1 and 5
+    p2 = ((words << 1) & _MAG_PAIR) | ((words << 4) & _SIGN_PAIR)  # codes 2 and 6
+    p3 = ((words >> 3) & _MAG_PAIR) | (words & _SIGN_PAIR)  # codes 3 and 7
+    w0, w4, w1, w5, w2, w6, w3, w7 = _unpack_halves(p0, p1, p2, p3, PTX)
+    acc = w0 * x0
+    acc += w4 * x4
+    acc += w1 * x1
+    acc += w5 * x5
+    acc += w2 * x2
+    acc += w6 * x6
+    acc += w3 * x3
+    acc += w7 * x7
+    return acc
+
+
+_BF16_PAIR_PTX = tl.constexpr(
+    """{
+    .reg .b32 negzero;
+    mov.b32 negzero, 0x80008000;
+    fma.rn.bf16x2 $0, $1, $3, negzero;
+}"""
+)
+
+
+@triton.jit
+def _scaled_bf16_pairs(pairs, scale_pairs):
+    """bf16x2 words (e2m1 * 2^-126 per lane) times bf16x2 scales (2^(s-1)) -> [..., 2] bf16.
+
+    The words are passed twice (join) so that with pack=2 one asm instance sees one word and
+    returns its two lanes as consecutive elements of the last axis."""
+    return tl.inline_asm_elementwise(
+        asm=_BF16_PAIR_PTX,
+        constraints="=r,r,r,r,r",
+        args=[tl.join(pairs, pairs), tl.join(scale_pairs, scale_pairs)],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+# bf16 lanes decode to weight * 2^-LANE_SHIFT (see _dequant_words); accumulators are rescaled once.
+_LANE_SHIFT = tl.constexpr(64)
+_LANE_RESCALE = tl.constexpr(2.0**64)
+LANES_FP16 = 0  # plain Triton: fp16 lanes -> fp32 (the interpreter; USE_INLINE_PTX = False)
+LANES_BF16_PTX = 1  # bf16 lanes scaled by one packed bf16 fma (inline PTX, the GPU default)
+LANES_BF16_EMULATED = 2  # the same bf16 lane arithmetic in fp32, for the CPU tests
+
+
+@triton.jit
+def _dequant_words(words, scales, LANES: tl.constexpr):
+    """words [R, GB, 4] int32 (8 e2m1 codes each) + scales [R, GB] uint8 -> [R, GB * 32] weights
+    in the "paired" K order: bf16 (LANES_BF16_PTX) or fp32, exact; the bf16-lane modes return
+    weight * 2^-64, so their dot products need one final * 2^64 (_LANE_RESCALE).
+
+    For each of the four code pairs (j, j+4) of a word, one shift-and-mask pair gives a 2-lane word.
+    Paired K order: within each run of 8 elements, position 2j + h holds element j + 4h, so both
+    lanes of one word are adjacent, as a tensor-core operand register wants them (no lane
+    shuffles). The activations are stored in the same order (`_paired_index`): a dot does not
+    mind a K permutation both operands share."""
+    if LANES == 0:
+        p0 = ((words << 9) & _MAG_PAIR) | ((words << 12) & _SIGN_PAIR)
+        p1 = ((words << 5) & _MAG_PAIR) | ((words << 8) & _SIGN_PAIR)
+        p2 = ((words << 1) & _MAG_PAIR) | ((words << 4) & _SIGN_PAIR)
+        p3 = ((words >> 3) & _MAG_PAIR) | (words & _SIGN_PAIR)
+        w0, w4, w1, w5, w2, w6, w3, w7 = _unpack_halves(p0, p1, p2, p3, False)
+        scale = _e8m0_scale(scales)[:, :, None]
+        q0 = tl.join(w0 * scale, w4 * scale)
+        q1 = tl.join(w1 * scale, w5 * scale)
+        q2 = tl.join(w2 * scale, w6 * scale)
+        q3 = tl.join(w3 * scale, w7 * scale)
+    else:
+        # bf16 lanes: magnitude bits to 6..8, sign to 15, i.e. e2m1 * 2^-126 (the e2m1 subnormal
+        # 0.5 lands on a bf16 subnormal, which bf16 fma keeps). Scaling by 2^(s-1) would give the
+        # weight, but overflows bf16 for s > 128; 2^(s-1-64) fits for every s <= 192 (weights
+        # below 2^65) and keeps every product normal in the fp32 accumulator.
+        biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)  # exponent of 2^(s-65)
+        scale_pairs = ((biased << 7) | (biased << 23))[:, :, None]
+        p0 = ((words << 6) & 0x01C001C0) | ((words << 12) & _SIGN_PAIR)
+        p1 = ((words << 2) & 0x01C001C0) | ((words << 8) & _SIGN_PAIR)
+        p2 = ((words >> 2) & 0x01C001C0) | ((words << 4) & _SIGN_PAIR)
+        p3 = ((words >> 6) & 0x01C001C0) | (words & _SIGN_PAIR)
+        if LANES == 1:
+            q0 = _scaled_bf16_pairs(p0, scale_pairs)
+            q1 = _scaled_bf16_pairs(p1, scale_pairs)
+            q2 = _scaled_bf16_pairs(p2, scale_pairs)
+            q3 = _scaled_bf16_pairs(p3, scale_pairs)
+        else:
+            scale = (biased << 23).to(tl.float32, bitcast=True)[:, :, None]
+            q0 = _emulated_bf16_pairs(p0, scale)
+            q1 = _emulated_bf16_pairs(p1, scale)
+            q2 = _emulated_bf16_pairs(p2, scale)
+            q3 = _emulated_bf16_pairs(p3, scale)
+    values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, GB, 4, 2(h), 2(j&1), 2(j>>1)]
+    values = tl.permute(values, (0, 1, 2, 5, 4, 3))  # [R, GB, 4, 2(j>>1), 2(j&1), 2(h)]
+    return tl.reshape(values, (words.shape[0], words.shape[1] * 32))
+
+
+@triton.jit
+def _emulated_bf16_pairs(pairs, scale):
+    """What _scaled_bf16_pairs computes, in fp32: each bf16 lane is the top half of an fp32."""
+    low = (pairs << 16).to(tl.float32, bitcast=True)
+    high = (pairs & -65536).to(tl.float32, bitcast=True)  # -65536 == 0xFFFF0000
+    return tl.join(low * scale, high * scale)
+
+
+@triton.jit
+def _paired_index(k):
+    """Position of element k in the paired K order: 8q + j + 4h -> 8q + 2j + h."""
+    return (k // 8) * 8 + (k % 4) * 2 + (k % 8) // 4
+
+
+@triton.jit
+def _swiglu(gate, up, limit, alpha):
+    gate = tl.minimum(gate, limit)
+    up = tl.minimum(tl.maximum(up, -limit), limit)
+    return gate * tl.sigmoid(alpha * gate) * (up + 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Routing
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _route_kernel(
+    logits_ptr,  # [T, E]
+    ids_ptr,  # [T * TOP_K] int32 out
+    weights_ptr,  # [T * TOP_K] fp32 out
+    x_ptr,  # [T, H] (read unless X_LAYOUT == 0)
+    x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order
+    logits_row_stride,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    K_P2: tl.constexpr,
+    H: tl.constexpr,
+    X_LAYOUT: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    token = tl.program_id(0)
+    expert = tl.arange(0, E_P2)
+    logits = tl.load(
+        logits_ptr + token * logits_row_stride + expert, mask=expert < E, other=float("-inf")
+    ).to(tl.float32)
+    slot = tl.arange(0, K_P2)
+    top_logits = tl.full([K_P2], float("-inf"), tl.float32)
+    top_ids = tl.zeros([K_P2], tl.int32)
+    for k in tl.static_range(TOP_K):
+        best = tl.max(logits, axis=0)
+        # NOTE: clamped so that NaN logits (no match) give garbage, not out-of-bounds reads.
+        best_id = tl.minimum(tl.min(tl.where(logits == best, expert, E_P2), axis=0), E - 1)
+        top_logits = tl.where(slot == k, best, top_logits)
+        top_ids = tl.where(slot == k, best_id, top_ids)
+        logits = tl.where(expert == best_id, float("-inf"), logits)
+    valid = slot < TOP_K
+    exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
+    tl.store(ids_ptr + token * TOP_K + slot, top_ids, mask=valid)
+    tl.store(weights_ptr + token * TOP_K + slot, exps / tl.sum(exps, axis=0), mask=valid)
+
+    if X_LAYOUT == 1:
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
+            tl.store(x_out_ptr + token * H + (k % 8) * (H // 8) + k // 8, values, mask=k < H)
+    elif X_LAYOUT == 2:
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
+            tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
+
+
+def route(
+    router_logits: torch.Tensor, top_k: int, x: torch.Tensor | None = None, x_layout: str = "planes"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Top-k + softmax of router_logits [T, E] -> (ids [T*k] int32, weights [T*k] fp32, x_out).
+
+    With x [T, H], x_out is a copy of x laid out for the next kernel: "planes" -> [T, 8, H/8] fp32
+    nibble planes (GEMV path), "paired" -> [T, H] in x.dtype, paired K order (grouped path)."""
+    num_tokens, num_experts = router_logits.shape
+    device = router_logits.device
+    ids = torch.empty(num_tokens * top_k, dtype=torch.int32, device=device)
+    weights = torch.empty(num_tokens * top_k, dtype=torch.float32, device=device)
+    hidden = x.shape[1] if x is not None else 8
+    x_out = None
+    if x is not None and x_layout == "planes":
+        x_out = torch.empty(num_tokens, 8, hidden // 8, dtype=torch.float32, device=device)
+    elif x is not None:
+        x_out = torch.empty_like(x)
+    if num_tokens == 0:
+        return ids, weights, x_out
+    _route_kernel[(num_tokens,)](
+        router_logits,
+        ids,
+        weights,
+        x if x is not None else weights,
+        x_out if x_out is not None else weights,
+        router_logits.stride(0),
+        E=num_experts,
+        E_P2=triton.next_power_of_2(num_experts),
+        TOP_K=top_k,
+        K_P2=triton.next_power_of_2(top_k),
+        H=hidden,
+        X_LAYOUT=0 if x is None else (1 if x_layout == "planes" else 2),
+        BLOCK_H=min(1024, triton.next_power_of_2(hidden)),
+        num_warps=4,
+    )
+    return ids, weights, x_out
+
+
+def route_reference(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pure-torch twin of `route` (ids, weights) as TorchOps().moe computes them, in fp32."""
+    top_logits, top_ids = torch.topk(router_logits.float(), top_k, dim=-1)
+    return top_ids.flatten().to(torch.int32), torch.softmax(top_logits, dim=-1).flatten()
+
+
+# ----------------------------------------------------------------------------------------------
+# Decode path: GEMV kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_gate_up_kernel(
+    x_planes_ptr,  # [T, 8, H/8] fp32
+    ids_ptr,  # [P] int32, P = T * TOP_K
+    words_ptr,  # [E, 2I, H/32, 4] int32 (the packed bytes read as words)
+    scales_ptr,  # [E, 2I, H/32] uint8
+    bias_ptr,  # [E, 2I]
+    act_ptr,  # [P, 8, INTER/8] fp32 out (nibble planes of the activation)
+    limit,
+    alpha,
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    TOP_K: tl.constexpr,
+    BLOCK_PAIRS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    PTX: tl.constexpr,
+):
+    G: tl.constexpr = H // 32  # scale groups (and 4-word runs) per row
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1)  # (token, slot) = divmod(pair, TOP_K)
+    token = pair // TOP_K
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+
+    j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)  # intermediate index; rows 2j, 2j+1
+    j_ok = j < INTER
+    step = tl.arange(0, GROUPS_PER_STEP)
+    word = tl.arange(0, 4)
+    gate_rows = 2 * j
+    gate_w_ptrs = (
+        words_ptr
+        + expert * (2 * INTER * G * 4)
+        + gate_rows[:, None, None] * (G * 4)
+        + step[None, :, None] * 4
+        + word[None, None, :]
+    )  # [BP, GB, 4]
+    up_w_ptrs = gate_w_ptrs + G * 4
+    gate_s_ptrs = scales_ptr + expert * (2 * INTER * G) + gate_rows[:, None] * G + step[None, :]
+    up_s_ptrs = gate_s_ptrs + G
+    # NOTE: x pointers are built with the weight tile's rank ([1, GB, 4]) so that the load gets the
+    # weight tile's layout and the broadcast needs no shared-memory layout conversion.
+    x_ptrs = x_planes_ptr + token * H + step[None, :, None] * 4 + word[None, None, :]  # plane 0
+    PLANE: tl.constexpr = H // 8
+
+    acc_gate = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
+    acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
+    # NOTE: weights for step g+1 are loaded before step g is computed (register double buffer),
+    # so each thread keeps two steps of loads in flight. Masked weight and scale lanes are left
+    # undefined on purpose: any bit pattern decodes to a finite value, and a masked group always
+    # meets zero activations (rows past the end are never stored), so no registers are zeroed.
+    w_mask = j_ok[:, None, None] & (step < G)[None, :, None]
+    next_gate = tl.load(gate_w_ptrs, mask=w_mask)
+    next_up = tl.load(up_w_ptrs, mask=w_mask)
+    for g0 in range(0, G, GROUPS_PER_STEP):
+        gate_words = next_gate
+        up_words = next_up
+        g1 = g0 + GROUPS_PER_STEP
+        w_mask = j_ok[:, None, None] & (g1 + step < G)[None, :, None]
+        next_gate = tl.load(gate_w_ptrs + g1 * 4, mask=w_mask)
+        next_up = tl.load(up_w_ptrs + g1 * 4, mask=w_mask)
+
+        group_ok = g0 + step < G
+        s_mask = j_ok[:, None] & group_ok[None, :]
+        gate_scale = _e8m0_scale(tl.load(gate_s_ptrs + g0, mask=s_mask))
+        up_scale = _e8m0_scale(tl.load(up_s_ptrs + g0, mask=s_mask))
+        x_mask = group_ok[None, :, None]
+        xp = x_ptrs + g0 * 4
+        x0 = tl.load(xp, mask=x_mask, other=0.0)
+        x1 = tl.load(xp + PLANE, mask=x_mask, other=0.0)
+        x2 = tl.load(xp + 2 * PLANE, mask=x_mask, other=0.0)
+        x3 = tl.load(xp + 3 * PLANE, mask=x_mask, other=0.0)
+        x4 = tl.load(xp + 4 * PLANE, mask=x_mask, other=0.0)
+        x5 = tl.load(xp + 5 * PLANE, mask=x_mask, other=0.0)
+        x6 = tl.load(xp + 6 * PLANE, mask=x_mask, other=0.0)
+        x7 = tl.load(xp + 7 * PLANE, mask=x_mask, other=0.0)
+        gate_part = _word_products(gate_words, x0, x1, x2, x3, x4, x5, x6, x7, PTX)
+        up_part = _word_products(up_words, x0, x1, x2, x3, x4, x5, x6, x7, PTX)
+        acc_gate += tl.sum(gate_part, axis=2) * gate_scale
+        acc_up += tl.sum(up_part, axis=2) * up_scale
+
+    bias_row = bias_ptr + expert * (2 * INTER) + gate_rows
+    gate = tl.sum(acc_gate, axis=1) + tl.load(bias_row, mask=j_ok, other=0.0).to(tl.float32)
+    up = tl.sum(acc_up, axis=1) + tl.load(bias_row + 1, mask=j_ok, other=0.0).to(tl.float32)
+    act = _swiglu(gate, up, limit, alpha)
+    tl.store(act_ptr + pair * INTER + (j % 8) * (INTER // 8) + j // 8, act, mask=j_ok)
+
+
+@triton.jit
+def _decode_down_kernel(
+    act_ptr,  # [P, 8, INTER/8] fp32 (nibble planes)
+    ids_ptr,  # [P] int32
+    route_w_ptr,  # [P] fp32
+    words_ptr,  # [E, H, INTER/32, 4] int32
+    scales_ptr,  # [E, H, INTER/32] uint8
+    bias_ptr,  # [E, H]
+    out_ptr,  # [T, H] out
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    TOP_K: tl.constexpr,
+    K_P2: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    PTX: tl.constexpr,
+):
+    G: tl.constexpr = INTER // 32
+    PLANE: tl.constexpr = INTER // 8
+    pid_n = tl.program_id(0)
+    token = tl.program_id(1)
+    slot = tl.arange(0, K_P2)
+    slot_ok = slot < TOP_K
+    pair = token * TOP_K + slot  # [K]
+    expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0).to(tl.int64)
+    route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0)
+
+    row = pid_n * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < H
+    step = tl.arange(0, GROUPS_PER_STEP)
+    word = tl.arange(0, 4)
+    # Tiles are [rows, slots, groups, words]: the slot axis inside the row axis puts a thread's
+    # repeated registers on rows, so each loaded activation value serves several rows.
+    w_ptrs = (
+        words_ptr
+        + expert[None, :, None, None] * (H * G * 4)
+        + row[:, None, None, None] * (G * 4)
+        + step[None, None, :, None] * 4
+        + word[None, None, None, :]
+    )  # [BN, K, GB, 4]
+    s_ptrs = (
+        scales_ptr + expert[None, :, None] * (H * G) + row[:, None, None] * G + step[None, None, :]
+    )  # [BN, K, GB]
+    x_ptrs = (
+        act_ptr
+        + pair[None, :, None, None] * INTER
+        + step[None, None, :, None] * 4
+        + word[None, None, None, :]
+    )  # [1, K, GB, 4]: the weight tile's rank, so its load needs no layout conversion
+    row_slot_ok = row_ok[:, None] & slot_ok[None, :]  # [BN, K]
+
+    acc = tl.zeros([BLOCK_ROWS, K_P2, GROUPS_PER_STEP], tl.float32)
+    w_mask = row_slot_ok[:, :, None, None] & (step < G)[None, None, :, None]
+    next_words = tl.load(w_ptrs, mask=w_mask)
+    for g0 in range(0, G, GROUPS_PER_STEP):
+        words = next_words
+        g1 = g0 + GROUPS_PER_STEP
+        w_mask = row_slot_ok[:, :, None, None] & (g1 + step < G)[None, None, :, None]
+        next_words = tl.load(w_ptrs + g1 * 4, mask=w_mask)
+
+        group_ok = g0 + step < G
+        scale = _e8m0_scale(
+            tl.load(s_ptrs + g0, mask=row_slot_ok[:, :, None] & group_ok[None, None, :])
+        )
+        x_mask = slot_ok[None, :, None, None] & group_ok[None, None, :, None]
+        xp = x_ptrs + g0 * 4
+        x0 = tl.load(xp, mask=x_mask, other=0.0)
+        x1 = tl.load(xp + PLANE, mask=x_mask, other=0.0)
+        x2 = tl.load(xp + 2 * PLANE, mask=x_mask, other=0.0)
+        x3 = tl.load(xp + 3 * PLANE, mask=x_mask, other=0.0)
+        x4 = tl.load(xp + 4 * PLANE, mask=x_mask, other=0.0)
+        x5 = tl.load(xp + 5 * PLANE, mask=x_mask, other=0.0)
+        x6 = tl.load(xp + 6 * PLANE, mask=x_mask, other=0.0)
+        x7 = tl.load(xp + 7 * PLANE, mask=x_mask, other=0.0)
+        part = _word_products(words, x0, x1, x2, x3, x4, x5, x6, x7, PTX)
+        acc += tl.sum(part, axis=3) * scale
+
+    bias = tl.load(bias_ptr + expert[None, :] * H + row[:, None], mask=row_slot_ok, other=0.0).to(
+        tl.float32
+    )  # [BN, K]
+    per_slot = tl.sum(acc, axis=2) + bias
+    out = tl.sum(per_slot * route_w[None, :], axis=1)
+    tl.store(out_ptr + token * H + row, out.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+def moe_mxfp4_decode(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    gate_up_config: dict[str, int] | None = None,
+    down_config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """The GEMV path: best for a handful of tokens (each (token, slot) re-reads its expert).
+    The configs override DECODE_GATE_UP / DECODE_DOWN (benchmark sweeps, fast CPU tests)."""
+    num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
+    if not experts.is_mxfp4:
+        raise MoEShapeError("the GEMV path needs MXFP4 experts; use moe_mxfp4_grouped for dense")
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    if num_tokens == 0:
+        return out
+    ids, route_w, x_planes = route(router_logits, top_k, x)
+    num_pairs = num_tokens * top_k
+    act = torch.empty(num_pairs, 8, inter // 8, dtype=torch.float32, device=x.device)
+    gu = gate_up_config or DECODE_GATE_UP
+    _decode_gate_up_kernel[(triton.cdiv(inter, gu["BLOCK_PAIRS"]), num_pairs)](
+        x_planes,
+        ids,
+        experts.gate_up_blocks.view(torch.int32),
+        experts.gate_up_scales,
+        experts.gate_up_bias.contiguous(),
+        act,
+        float(swiglu_limit),
+        float(swiglu_alpha),
+        H=hidden,
+        INTER=inter,
+        TOP_K=top_k,
+        PTX=_ptx(),
+        **gu,
+    )
+    dn = down_config or DECODE_DOWN
+    _decode_down_kernel[(triton.cdiv(hidden, dn["BLOCK_ROWS"]), num_tokens)](
+        act,
+        ids,
+        route_w,
+        experts.down_blocks.view(torch.int32),
+        experts.down_scales,
+        experts.down_bias.contiguous(),
+        out,
+        H=hidden,
+        INTER=inter,
+        TOP_K=top_k,
+        K_P2=triton.next_power_of_2(top_k),
+        PTX=_ptx(),
+        **dn,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Grouped path: tokens sorted by expert, tensor-core tiles
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _expert_tile(
+    pid_m,
+    counts_ptr,
+    offsets_ptr,
+    tile_ends_ptr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """Which expert owns M-tile pid_m, and the sorted rows [row_start, row_end) of that tile.
+    expert == E means the tile is past the last real one (the grid is an upper bound)."""
+    e_idx = tl.arange(0, E_P2)
+    tile_ends = tl.load(tile_ends_ptr + e_idx, mask=e_idx < E, other=2**30)
+    expert = tl.sum((tile_ends <= pid_m).to(tl.int32), axis=0)
+    safe = tl.minimum(expert, E - 1)
+    count = tl.load(counts_ptr + safe)
+    first_tile = tl.load(tile_ends_ptr + safe) - (count + BLOCK_M - 1) // BLOCK_M
+    expert_start = tl.load(offsets_ptr + safe)
+    row_start = expert_start + (pid_m - first_tile) * BLOCK_M
+    return expert, row_start, expert_start + count
+
+
+@triton.jit
+def _weight_tile(
+    w_ptr,
+    scales_ptr,
+    expert,
+    rows,  # [R] rows of this expert's [N, K] matrix
+    rows_ok,
+    k0,  # first K element of the step
+    N: tl.constexpr,
+    K: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    IS_MXFP4: tl.constexpr,
+    LANES: tl.constexpr,
+):
+    """[R, GROUPS_PER_STEP * 32] tile of W[expert, rows, k0:k0+BK] (zeros past K); MXFP4 tiles are
+    in the paired K order, times 2^-64 with bf16 lanes."""
+    BK: tl.constexpr = GROUPS_PER_STEP * 32
+    if IS_MXFP4:
+        G: tl.constexpr = K // 32
+        group = k0 // 32 + tl.arange(0, GROUPS_PER_STEP)
+        word = tl.arange(0, 4)
+        group_ok = group < G
+        words = tl.load(
+            w_ptr
+            + expert * (N * G * 4)
+            + rows[:, None, None] * (G * 4)
+            + group[None, :, None] * 4
+            + word[None, None, :],
+            mask=rows_ok[:, None, None] & group_ok[None, :, None],
+            other=0,
+        )
+        scales = tl.load(
+            scales_ptr + expert * (N * G) + rows[:, None] * G + group[None, :],
+            mask=rows_ok[:, None] & group_ok[None, :],
+            other=0,
+        )
+        return _dequant_words(words, scales, LANES)
+    else:
+        k = k0 + tl.arange(0, BK)
+        return tl.load(
+            w_ptr + expert * (N * K) + rows[:, None] * K + k[None, :],
+            mask=rows_ok[:, None] & (k < K)[None, :],
+            other=0.0,
+        )
+
+
+@triton.jit
+def _accumulate(acc, a, w, DOT_BF16: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc + a [M, K] @ w [N, K].T in fp32: bf16 tensor cores, or exact fp32 (no tf32).
+
+    SWAP_AB keeps acc transposed ([N, M] = w @ a.T): with few rows per expert the weight tile is
+    the big (M >= 64) operand and can feed the tensor cores straight from registers."""
+    if DOT_BF16:
+        a = a.to(tl.bfloat16)
+        w = w.to(tl.bfloat16)
+        if SWAP_AB:
+            return tl.dot(w, tl.trans(a), acc)
+        else:
+            return tl.dot(a, tl.trans(w), acc)
+    else:
+        a = a.to(tl.float32)
+        w = w.to(tl.float32)
+        if SWAP_AB:
+            return tl.dot(w, tl.trans(a), acc, input_precision="ieee")
+        else:
+            return tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+
+
+@triton.jit
+def _zeros_acc(M: tl.constexpr, N: tl.constexpr, SWAP_AB: tl.constexpr):
+    if SWAP_AB:
+        return tl.zeros([N, M], tl.float32)
+    else:
+        return tl.zeros([M, N], tl.float32)
+
+
+@triton.jit
+def _unrescale(acc, IS_MXFP4: tl.constexpr, LANES: tl.constexpr):
+    """Undo the 2^-64 of bf16-lane weight tiles (exact: a power of two in fp32)."""
+    if IS_MXFP4 and LANES != 0:
+        return acc * _LANE_RESCALE
+    else:
+        return acc
+
+
+@triton.jit
+def _unswap(acc, SWAP_AB: tl.constexpr):
+    if SWAP_AB:
+        return tl.trans(acc)
+    else:
+        return acc
+
+
+@triton.jit
+def _grouped_gate_up_kernel(
+    x_ptr,  # [T, H], in the paired K order when IS_MXFP4
+    sorted_pairs_ptr,  # [P] int32: pair index (token * TOP_K + slot) in expert order
+    counts_ptr,  # [E] int32 pairs per expert
+    offsets_ptr,  # [E] int32 first sorted row of each expert
+    tile_ends_ptr,  # [E] int32 cumulative M-tile count
+    w_ptr,  # [E, 2I, H/32, 16] uint8, or dense [E, 2I, H]
+    scales_ptr,  # [E, 2I, H/32] uint8 (ignored when dense)
+    bias_ptr,  # [E, 2I]
+    act_ptr,  # [P, INTER] out, sorted rows (paired K order when IS_MXFP4)
+    limit,
+    alpha,
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    IS_MXFP4: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_PAIRS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    LANES: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    expert, row_start, row_end = _expert_tile(
+        pid_m, counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+    )
+    if expert >= E:
+        return
+    expert = expert.to(tl.int64)
+    sorted_row = row_start + tl.arange(0, BLOCK_M)
+    sorted_ok = sorted_row < row_end
+    token = tl.load(sorted_pairs_ptr + sorted_row, mask=sorted_ok, other=0) // TOP_K
+    j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
+    j_ok = j < INTER
+    BK: tl.constexpr = GROUPS_PER_STEP * 32
+
+    acc_gate = _zeros_acc(BLOCK_M, BLOCK_PAIRS, SWAP_AB)
+    acc_up = _zeros_acc(BLOCK_M, BLOCK_PAIRS, SWAP_AB)
+    for k0 in range(0, H, BK):
+        k = k0 + tl.arange(0, BK)
+        a = tl.load(
+            x_ptr + token[:, None].to(tl.int64) * H + k[None, :],
+            mask=sorted_ok[:, None] & (k < H)[None, :],
+            other=0.0,
+        )
+        w_gate = _weight_tile(
+            w_ptr,
+            scales_ptr,
+            expert,
+            2 * j,
+            j_ok,
+            k0,
+            2 * INTER,
+            H,
+            GROUPS_PER_STEP,
+            IS_MXFP4,
+            LANES,
+        )
+        acc_gate = _accumulate(acc_gate, a, w_gate, DOT_BF16, SWAP_AB)
+        w_up = _weight_tile(
+            w_ptr,
+            scales_ptr,
+            expert,
+            2 * j + 1,
+            j_ok,
+            k0,
+            2 * INTER,
+            H,
+            GROUPS_PER_STEP,
+            IS_MXFP4,
+            LANES,
+        )
+        acc_up = _accumulate(acc_up, a, w_up, DOT_BF16, SWAP_AB)
+
+    bias_row = bias_ptr + expert * (2 * INTER) + 2 * j
+    acc_gate = _unrescale(_unswap(acc_gate, SWAP_AB), IS_MXFP4, LANES)
+    acc_up = _unrescale(_unswap(acc_up, SWAP_AB), IS_MXFP4, LANES)
+    gate = acc_gate + tl.load(bias_row, mask=j_ok, other=0.0).to(tl.float32)[None, :]
+    up = acc_up + tl.load(bias_row + 1, mask=j_ok, other=0.0).to(tl.float32)[None, :]
+    act = _swiglu(gate, up, limit, alpha)
+    if IS_MXFP4:  # the down kernel's weights come in the paired K order
+        act_col = _paired_index(j)
+    else:
+        act_col = j
+    tl.store(
+        act_ptr + sorted_row[:, None].to(tl.int64) * INTER + act_col[None, :],
+        act.to(act_ptr.dtype.element_ty),
+        mask=sorted_ok[:, None] & j_ok[None, :],
+    )
+
+
+@triton.jit
+def _grouped_down_kernel(
+    act_ptr,  # [P, INTER] in sorted order
+    sorted_pairs_ptr,  # [P] int32
+    route_w_ptr,  # [P] fp32, by pair index
+    counts_ptr,
+    offsets_ptr,
+    tile_ends_ptr,
+    w_ptr,  # [E, H, INTER/32, 16] uint8, or dense [E, H, INTER]
+    scales_ptr,  # [E, H, INTER/32] uint8
+    bias_ptr,  # [E, H]
+    y_ptr,  # [P, H] fp32 out, by pair index: routing weight * expert output
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    IS_MXFP4: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    LANES: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    expert, row_start, row_end = _expert_tile(
+        pid_m, counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+    )
+    if expert >= E:
+        return
+    expert = expert.to(tl.int64)
+    sorted_row = row_start + tl.arange(0, BLOCK_M)
+    sorted_ok = sorted_row < row_end
+    pair = tl.load(sorted_pairs_ptr + sorted_row, mask=sorted_ok, other=0)
+    col = pid_n * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_ok = col < H
+    BK: tl.constexpr = GROUPS_PER_STEP * 32
+
+    acc = _zeros_acc(BLOCK_M, BLOCK_COLS, SWAP_AB)
+    for k0 in range(0, INTER, BK):
+        k = k0 + tl.arange(0, BK)
+        a = tl.load(
+            act_ptr + sorted_row[:, None].to(tl.int64) * INTER + k[None, :],
+            mask=sorted_ok[:, None] & (k < INTER)[None, :],
+            other=0.0,
+        )
+        w = _weight_tile(
+            w_ptr, scales_ptr, expert, col, col_ok, k0, H, INTER, GROUPS_PER_STEP, IS_MXFP4, LANES
+        )
+        acc = _accumulate(acc, a, w, DOT_BF16, SWAP_AB)
+
+    acc = _unrescale(_unswap(acc, SWAP_AB), IS_MXFP4, LANES)
+    bias = tl.load(bias_ptr + expert * H + col, mask=col_ok, other=0.0).to(tl.float32)
+    route_w = tl.load(route_w_ptr + pair, mask=sorted_ok, other=0.0)
+    y = (acc + bias[None, :]) * route_w[:, None]
+    tl.store(
+        y_ptr + pair[:, None].to(tl.int64) * H + col[None, :],
+        y,
+        mask=sorted_ok[:, None] & col_ok[None, :],
+    )
+
+
+def _block_m(num_pairs: int, num_experts: int) -> int:
+    """Rows per M-tile: about the mean pairs per expert, 16..64 (16 is the smallest mma tile)."""
+    mean = triton.cdiv(num_pairs, num_experts)
+    return max(16, min(64, triton.next_power_of_2(mean)))
+
+
+def _expert_schedule(
+    ids: torch.Tensor, num_experts: int, block_m: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Graph-safe sort of the (token, slot) pairs by expert (no host syncs, shape-sized outputs).
+
+    Returns sorted_pairs [P] int32, counts [E], offsets [E] (first sorted row of each expert) and
+    tile_ends [E] (cumulative number of BLOCK_M tiles), all int32."""
+    sorted_pairs = torch.argsort(ids, stable=True).to(torch.int32)
+    counts = torch.zeros(num_experts, dtype=torch.int32, device=ids.device)
+    counts.scatter_add_(0, ids.long(), torch.ones_like(ids))
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    tile_ends = torch.cumsum(torch.div(counts + block_m - 1, block_m, rounding_mode="floor"), 0)
+    return sorted_pairs, counts, ends - counts, tile_ends.to(torch.int32)
+
+
+def moe_mxfp4_grouped(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    block_m: int | None = None,
+    gate_up_config: dict[str, int] | None = None,
+    down_config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """The grouped-GEMM path: every chosen expert is read once per call. Handles MXFP4 and dense.
+    block_m and the configs override the defaults (benchmark sweeps, tests)."""
+    num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
+    x = x.contiguous()
+    if num_tokens == 0:
+        return torch.empty_like(x)
+    num_pairs = num_tokens * top_k
+    block_m = block_m or _block_m(num_pairs, num_experts)
+    mxfp4 = experts.is_mxfp4
+    if mxfp4:  # the weight tiles come in the paired K order, so x does too
+        ids, route_w, x_dot = route(router_logits, top_k, x, x_layout="paired")
+    else:
+        ids, route_w, _ = route(router_logits, top_k)
+        x_dot = x
+    sorted_pairs, counts, offsets, tile_ends = _expert_schedule(ids, num_experts, block_m)
+    # Every non-empty expert wastes less than one tile, hence this bound on the real M-tiles.
+    max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+    # bf16 activations use bf16 tensor cores (as the reference computes in bf16); fp16 and fp32
+    # compute in exact fp32 (fp16 cannot hold every dequantized weight's range).
+    dot_bf16 = x.dtype == torch.bfloat16
+    act_dtype = torch.bfloat16 if dot_bf16 else torch.float32
+    if mxfp4:  # packed rows read as int32 words of 8 codes
+        gate_up_w = experts.gate_up_blocks.view(torch.int32)
+        down_w = experts.down_blocks.view(torch.int32)
+    else:
+        gate_up_w = experts.gate_up_dense.contiguous()
+        down_w = experts.down_dense.contiguous()
+
+    act = torch.empty(num_pairs, inter, dtype=act_dtype, device=x.device)  # sorted order
+    swap_ab = {"SWAP_AB": block_m <= SWAP_AB_MAX_BLOCK_M}
+    gu = swap_ab | (gate_up_config or GROUPED_GATE_UP)
+    _grouped_gate_up_kernel[(triton.cdiv(inter, gu["BLOCK_PAIRS"]), max_m_tiles)](
+        x_dot,
+        sorted_pairs,
+        counts,
+        offsets,
+        tile_ends,
+        gate_up_w,
+        experts.gate_up_scales if mxfp4 else gate_up_w,
+        experts.gate_up_bias.contiguous(),
+        act,
+        float(swiglu_limit),
+        float(swiglu_alpha),
+        H=hidden,
+        INTER=inter,
+        E=num_experts,
+        TOP_K=top_k,
+        IS_MXFP4=mxfp4,
+        E_P2=triton.next_power_of_2(num_experts),
+        DOT_BF16=dot_bf16,
+        BLOCK_M=block_m,
+        LANES=_lanes(),
+        **gu,
+    )
+    y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=x.device)  # by pair index
+    dn = swap_ab | (down_config or GROUPED_DOWN)
+    _grouped_down_kernel[(triton.cdiv(hidden, dn["BLOCK_COLS"]), max_m_tiles)](
+        act,
+        sorted_pairs,
+        route_w,
+        counts,
+        offsets,
+        tile_ends,
+        down_w,
+        experts.down_scales if mxfp4 else down_w,
+        experts.down_bias.contiguous(),
+        y,
+        H=hidden,
+        INTER=inter,
+        E=num_experts,
+        IS_MXFP4=mxfp4,
+        E_P2=triton.next_power_of_2(num_experts),
+        DOT_BF16=dot_bf16,
+        BLOCK_M=block_m,
+        LANES=_lanes(),
+        **dn,
+    )
+    return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)
+
+
+# Inline PTX only when compiling for the GPU: TRITON_INTERPRET (the CPU tests) cannot run it.
+_COMPILED = not _is_interpreted(_decode_gate_up_kernel)
+# Off: the GPU runs the plain-Triton decoding too (slower; the one the CPU tests check).
+USE_INLINE_PTX = True
+
+
+# Tests set this to run the grouped kernels' bf16-lane arithmetic (emulated) on the CPU.
+EMULATE_BF16_LANES = False
+
+
+def _ptx() -> bool:
+    return _COMPILED and USE_INLINE_PTX
+
+
+def _lanes() -> int:
+    if _ptx():
+        return LANES_BF16_PTX
+    return LANES_BF16_EMULATED if EMULATE_BF16_LANES else LANES_FP16
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------------------------
+
+
+def moe_mxfp4(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+) -> torch.Tensor:
+    """`Ops.moe` on the GPU: x [T, H] (bf16/fp16/fp32), router_logits [T, E] -> [T, H] in x.dtype.
+
+    Picks the GEMV path for MXFP4 experts when T * top_k <= DECODE_MAX_PAIRS (a static choice on
+    shapes, so each CUDA graph captures one path), else the grouped path (also for dense experts)."""
+    if experts.is_mxfp4 and x.shape[0] * top_k <= DECODE_MAX_PAIRS:
+        return moe_mxfp4_decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+    return moe_mxfp4_grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+
+
+def _check(
+    x: torch.Tensor, router_logits: torch.Tensor, experts: ExpertWeights, top_k: int
+) -> tuple[int, int, int, int]:
+    """Validate shapes; returns (T, H, E, I)."""
+    if x.dim() != 2 or router_logits.dim() != 2 or router_logits.shape[0] != x.shape[0]:
+        raise MoEShapeError(
+            f"expected x [T, H] and router_logits [T, E], got {tuple(x.shape)} and "
+            f"{tuple(router_logits.shape)}"
+        )
+    num_tokens, hidden = x.shape
+    num_experts = router_logits.shape[1]
+    if not 1 <= top_k <= num_experts:
+        raise MoEShapeError(f"top_k must be in 1..{num_experts} (the expert count), got {top_k}")
+    if experts.is_mxfp4:
+        e, rows, groups, width = experts.gate_up_blocks.shape
+        down_shape = tuple(experts.down_blocks.shape)
+        inter = rows // 2
+        expected_down = (e, hidden, inter // MXFP4_GROUP, 16)
+        if groups * MXFP4_GROUP != hidden or width != 16 or down_shape != expected_down:
+            raise MoEShapeError(
+                f"MXFP4 experts do not match hidden={hidden}: gate_up_blocks "
+                f"{tuple(experts.gate_up_blocks.shape)}, down_blocks {down_shape}"
+            )
+        if inter % MXFP4_GROUP:
+            raise MoEShapeError(f"the intermediate size {inter} must be a multiple of 32")
+        for name in ("gate_up_blocks", "gate_up_scales", "down_blocks", "down_scales"):
+            if not getattr(experts, name).is_contiguous():
+                raise MoEShapeError(f"experts.{name} must be contiguous")
+    else:
+        e, rows, cols = experts.gate_up_dense.shape
+        inter = rows // 2
+        if cols != hidden or tuple(experts.down_dense.shape) != (e, hidden, inter):
+            raise MoEShapeError(
+                f"dense experts do not match hidden={hidden}: gate_up "
+                f"{tuple(experts.gate_up_dense.shape)}, down {tuple(experts.down_dense.shape)}"
+            )
+    if e != num_experts:
+        raise MoEShapeError(f"router_logits name {num_experts} experts but the layer has {e}")
+    if hidden % 8:
+        raise MoEShapeError(f"hidden size {hidden} must be a multiple of 8")
+    return num_tokens, hidden, num_experts, inter

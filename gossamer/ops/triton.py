@@ -1,0 +1,128 @@
+"""The GPU backend: the op interface (ops/base.py) on Triton kernels (gossamer/kernels/).
+
+Every op here is graph-capturable (no host syncs, no value-dependent allocations). The attention and
+MoE kernels are imported lazily from gossamer/kernels/attention.py and moe_mxfp4.py; if one of those
+files is missing, its op falls back to the torch reference (correct, but it syncs, so CUDA-graph
+capture of a decode step fails, and it is slow) with a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+
+from gossamer.kernels import gemv, norm, rope
+from gossamer.ops.base import AttentionMetadata, ExpertWeights
+from gossamer.ops.torch_ref import TorchOps
+
+
+class TritonOps:
+    name = "triton"
+
+    def __init__(self) -> None:
+        self._reference = TorchOps()
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return gemv.linear(x, weight, bias)
+
+    def rms_norm(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return norm.rms_norm(x, weight, eps, residual)
+
+    def rope(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope.rope(q, k, positions, cos_sin)
+
+    def write_kv(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        write = _kernel("attention", "write_kv")
+        if write is None:  # the rope module's copy-only variant: also a graph-safe Triton write
+            write = rope.write_kv
+        write(k, v, kv_cache, slot_mapping)
+
+    def rope_and_write_kv(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        return rope.rope_and_write_kv(q, k, v, positions, cos_sin, kv_cache, slot_mapping)
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+        group: int,
+        sinks: torch.Tensor,
+        scale: float,
+        sliding_window: int | None,
+    ) -> torch.Tensor:
+        attend = _kernel("attention", "attention")
+        if attend is None:
+            # TODO(issue 8): remove once gossamer/kernels/attention.py is in.
+            attend = self._reference.attention
+        return attend(q, kv_cache, metadata, group, sinks, scale, sliding_window)
+
+    def moe(
+        self,
+        x: torch.Tensor,
+        router_logits: torch.Tensor,
+        experts: ExpertWeights,
+        top_k: int,
+        swiglu_limit: float,
+        swiglu_alpha: float,
+    ) -> torch.Tensor:
+        # MXFP4 and dense experts alike (the kernel module picks its GEMV or grouped path)
+        fused = _kernel("moe_mxfp4", "moe_mxfp4")
+        if fused is None:
+            # TODO(issue 8): remove once gossamer/kernels/moe_mxfp4.py is in.
+            fused = self._reference.moe
+        return fused(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+
+
+@functools.cache
+def _kernel_module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"gossamer.kernels.{name}")
+    except ImportError as error:
+        if error.name != f"gossamer.kernels.{name}":
+            raise  # the module exists but is broken: say so rather than silently fall back
+        warnings.warn(
+            f"gossamer/kernels/{name}.py is missing: TritonOps falls back to the torch reference "
+            "for that op (slow, and no CUDA graphs)",
+            stacklevel=3,
+        )
+        return None
+
+
+def _kernel(module: str, function: str) -> Callable | None:
+    """gossamer.kernels.<module>.<function>, or None while that kernel does not exist yet."""
+    found = _kernel_module(module)
+    return getattr(found, function, None) if found is not None else None

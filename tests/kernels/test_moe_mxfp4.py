@@ -1,0 +1,399 @@
+"""MXFP4 MoE kernels (gossamer/kernels/moe_mxfp4.py) against TorchOps().moe.
+
+CPU tests run the kernels in the Triton interpreter on tiny fp32/fp16 problems (hidden 96 so that a
+row's 3 scale groups leave a partial step, intermediate 64), covering routing, both paths (GEMV for
+decode, grouped GEMM), experts with no tokens, every token on the same experts (several M-tiles of
+one expert), odd token counts and dense experts. The oracle is the torch reference computed in fp32
+from the same packed weights. GPU tests (`-m gpu`) use gpt-oss-120b shapes in bf16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from gossamer.model import mxfp4
+from gossamer.ops.base import ExpertWeights
+from gossamer.ops.torch_ref import TorchOps
+from tests.kernels.interpreted import DEVICE, kernel_fixture
+
+moe = kernel_fixture("moe_mxfp4")
+
+LIMIT, ALPHA = 7.0, 1.702
+# Small tiles keep the interpreter fast while still leaving partial steps and several programs.
+TINY_DECODE = {
+    "gate_up_config": {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4},
+    "down_config": {"BLOCK_ROWS": 64, "GROUPS_PER_STEP": 4, "num_warps": 2},
+}
+TINY_GROUPED = {
+    "block_m": 16,
+    "gate_up_config": {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 2, "num_warps": 4},
+    "down_config": {"BLOCK_COLS": 64, "GROUPS_PER_STEP": 2, "num_warps": 4},
+}
+
+
+def _experts(
+    num_experts: int, hidden: int, inter: int, seed: int, device: str = DEVICE
+) -> ExpertWeights:
+    """Packed experts quantized from random fp32 matrices (real scale spread), fp32 biases."""
+    g = torch.Generator().manual_seed(seed)
+    gate_up = torch.randn(num_experts, 2 * inter, hidden, generator=g) / hidden**0.5
+    down = torch.randn(num_experts, hidden, inter, generator=g) / inter**0.5
+    gate_up_blocks, gate_up_scales = mxfp4.quantize(gate_up)
+    down_blocks, down_scales = mxfp4.quantize(down)
+    return ExpertWeights(
+        gate_up_bias=(0.1 * torch.randn(num_experts, 2 * inter, generator=g)).to(device),
+        down_bias=(0.1 * torch.randn(num_experts, hidden, generator=g)).to(device),
+        gate_up_blocks=gate_up_blocks.to(device),
+        gate_up_scales=gate_up_scales.to(device),
+        down_blocks=down_blocks.to(device),
+        down_scales=down_scales.to(device),
+    )
+
+
+def _dense(experts: ExpertWeights) -> ExpertWeights:
+    """The same experts, dequantized to fp32 dense matrices."""
+    return ExpertWeights(
+        gate_up_bias=experts.gate_up_bias,
+        down_bias=experts.down_bias,
+        gate_up_dense=mxfp4.dequantize(
+            experts.gate_up_blocks, experts.gate_up_scales, torch.float32
+        ),
+        down_dense=mxfp4.dequantize(experts.down_blocks, experts.down_scales, torch.float32),
+    )
+
+
+def _inputs(tokens: int, hidden: int, num_experts: int, seed: int, device: str = DEVICE):
+    g = torch.Generator().manual_seed(seed)
+    x = (2.0 * torch.randn(tokens, hidden, generator=g)).to(device)
+    logits = torch.randn(tokens, num_experts, generator=g).to(device)
+    return x, logits
+
+
+def _reference(x, logits, experts: ExpertWeights, top_k: int) -> torch.Tensor:
+    """TorchOps().moe in fp32 (biases too) from the same weights."""
+    fp32 = dataclasses.replace(
+        experts,
+        gate_up_bias=experts.gate_up_bias.float(),
+        down_bias=experts.down_bias.float(),
+    )
+    return TorchOps().moe(x.float(), logits.float(), fp32, top_k, LIMIT, ALPHA)
+
+
+def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+# ------------------------------------------------------------------------------------------------
+# Routing
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_experts,top_k", [(8, 3), (6, 1), (5, 5)])
+def test_route_matches_topk_softmax(moe, num_experts, top_k):
+    x, logits = _inputs(7, 32, num_experts, seed=num_experts)
+    ids, weights, x_planes = moe.route(logits, top_k, x)
+    ref_ids, ref_weights = moe.route_reference(logits, top_k)
+    assert torch.equal(ids.cpu(), ref_ids.cpu())
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-6)
+    # nibble planes: plane i holds x[:, i::8]
+    expected_planes = x.float().view(7, 32 // 8, 8).transpose(1, 2)
+    assert torch.equal(x_planes, expected_planes)
+    # paired K order: in each run of 8, position 2j + h holds element j + 4h
+    _, _, x_paired = moe.route(logits, top_k, x, x_layout="paired")
+    expected_paired = x.view(7, 4, 2, 4).transpose(2, 3).reshape(7, 32)
+    assert torch.equal(x_paired, expected_paired)
+
+
+def test_route_ties_go_to_the_lower_expert(moe):
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0]], device=DEVICE)
+    ids, weights, _ = moe.route(logits, 2)
+    assert ids.tolist() == [1, 2]
+    torch.testing.assert_close(weights.cpu(), torch.tensor([0.5, 0.5]))
+
+
+# ------------------------------------------------------------------------------------------------
+# Both paths against the reference
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 17])
+def test_decode_path_matches_reference(moe, tokens):
+    experts = _experts(8, 96, 64, seed=1)
+    x, logits = _inputs(tokens, 96, 8, seed=tokens)
+    out = moe.moe_mxfp4_decode(x, logits, experts, 4, LIMIT, ALPHA, **TINY_DECODE)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < 1e-5
+
+
+@pytest.mark.parametrize("tokens,block_m", [(1, 16), (3, 16), (17, 16), (17, 64)])
+def test_grouped_path_matches_reference(moe, tokens, block_m):
+    """block_m 16 keeps the accumulator transposed (SWAP_AB), 64 does not."""
+    experts = _experts(8, 96, 64, seed=2)
+    x, logits = _inputs(tokens, 96, 8, seed=10 + tokens)
+    config = TINY_GROUPED | {"block_m": block_m}
+    out = moe.moe_mxfp4_grouped(x, logits, experts, 2, LIMIT, ALPHA, **config)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+def test_default_configs_match_reference(moe):
+    """The production tile configs (partial steps everywhere at these sizes) via the entry point,
+    once on each side of the path crossover."""
+    experts = _experts(4, 64, 64, seed=3)
+    top_k = 4
+    decode_tokens = moe.DECODE_MAX_PAIRS // top_k
+    for tokens in (1, decode_tokens + 1):
+        x, logits = _inputs(tokens, 64, 4, seed=20 + tokens)
+        out = moe.moe_mxfp4(x, logits, experts, top_k, LIMIT, ALPHA)
+        assert _relative_error(out, _reference(x, logits, experts, top_k)) < 1e-5
+
+
+@pytest.mark.parametrize("block_m", [16, 64])
+def test_grouped_bf16_lane_arithmetic(moe, monkeypatch, block_m):
+    """The GPU's grouped decoding (bf16 lanes, scale 2^(s-65), accumulator * 2^64), emulated in
+    fp32 on the CPU: checks the bit layout, the scale exponent and the rescale."""
+    monkeypatch.setattr(moe, "EMULATE_BF16_LANES", True)
+    experts = _experts(8, 96, 64, seed=2)
+    x, logits = _inputs(17, 96, 8, seed=27)
+    config = TINY_GROUPED | {"block_m": block_m}
+    out = moe.moe_mxfp4_grouped(x, logits, experts, 2, LIMIT, ALPHA, **config)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+def _scaled_expert_weights(experts_scale: list[float], hidden: int, inter: int) -> ExpertWeights:
+    """One expert per scale factor, weights and biases multiplied by it before quantization."""
+    g = torch.Generator().manual_seed(99)
+    e = len(experts_scale)
+    factor = torch.tensor(experts_scale)
+    gate_up = torch.randn(e, 2 * inter, hidden, generator=g) * factor[:, None, None] / hidden**0.5
+    down = torch.randn(e, hidden, inter, generator=g) * factor[:, None, None] / inter**0.5
+    gate_up_blocks, gate_up_scales = mxfp4.quantize(gate_up)
+    down_blocks, down_scales = mxfp4.quantize(down)
+    return ExpertWeights(
+        gate_up_bias=(0.1 * torch.randn(e, 2 * inter, generator=g) * factor[:, None]).to(DEVICE),
+        down_bias=(0.1 * torch.randn(e, hidden, generator=g) * factor[:, None]).to(DEVICE),
+        gate_up_blocks=gate_up_blocks.to(DEVICE),
+        gate_up_scales=gate_up_scales.to(DEVICE),
+        down_blocks=down_blocks.to(DEVICE),
+        down_scales=down_scales.to(DEVICE),
+    )
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # numpy sigmoid(-big) = 0
+@pytest.mark.parametrize("path", ["decode", "grouped", "grouped_bf16_lanes"])
+def test_extreme_scales(moe, monkeypatch, path):
+    """Experts whose e8m0 scales sit far from 127 (weights ~2^12 and ~2^-30): token t routes to
+    expert t alone, and each token's output must be right relative to its own size."""
+    factors = [2.0**12, 2.0**-30, 1.0, 2.0**6]
+    experts = _scaled_expert_weights(factors, 64, 64)
+    assert experts.gate_up_scales[0].max() > 135 and experts.gate_up_scales[1].min() < 100
+    x, _ = _inputs(4, 64, 4, seed=31)
+    logits = torch.full((4, 4), -10.0, device=DEVICE)
+    logits[torch.arange(4), torch.arange(4)] = 10.0
+    ref = _reference(x, logits, experts, 1)
+    if path == "decode":
+        out = moe.moe_mxfp4_decode(x, logits, experts, 1, LIMIT, ALPHA)
+    else:
+        monkeypatch.setattr(moe, "EMULATE_BF16_LANES", path == "grouped_bf16_lanes")
+        out = moe.moe_mxfp4_grouped(x, logits, experts, 1, LIMIT, ALPHA, block_m=16)
+    per_token = (out.float() - ref).abs().amax(dim=1) / ref.abs().amax(dim=1)
+    assert per_token.max() < 1e-5, per_token
+
+
+def test_crowded_and_empty_experts(moe):
+    """Every token routes to experts 5 and 2 (17 pairs each: two M-tiles of 16, the second with one
+    row); the other six experts get nothing."""
+    experts = _experts(8, 96, 64, seed=4)
+    x, logits = _inputs(17, 96, 8, seed=5)
+    logits[:, 5] += 50.0
+    logits[:, 2] += 40.0
+    ref = _reference(x, logits, experts, 2)
+    grouped = moe.moe_mxfp4_grouped(x, logits, experts, 2, LIMIT, ALPHA, **TINY_GROUPED)
+    assert _relative_error(grouped, ref) < 1e-5
+    decode = moe.moe_mxfp4_decode(x[:3], logits[:3], experts, 2, LIMIT, ALPHA, **TINY_DECODE)
+    assert _relative_error(decode, ref[:3]) < 1e-5
+
+
+def test_float16_activations(moe):
+    """fp16 in and out; the kernels compute in fp32, so only the final rounding differs."""
+    experts = _experts(8, 96, 64, seed=6)
+    x, logits = _inputs(3, 96, 8, seed=7)
+    x, logits = x.half(), logits.half()
+    ref = _reference(x, logits, experts, 3)
+    for out in (
+        moe.moe_mxfp4_decode(x, logits, experts, 3, LIMIT, ALPHA, **TINY_DECODE),
+        moe.moe_mxfp4_grouped(x, logits, experts, 3, LIMIT, ALPHA, **TINY_GROUPED),
+    ):
+        assert out.dtype == torch.float16
+        torch.testing.assert_close(out, ref.half(), atol=2e-3 * ref.abs().max().item(), rtol=2e-3)
+
+
+def test_dense_experts_use_the_grouped_path(moe):
+    experts = _experts(4, 64, 64, seed=8)
+    x, logits = _inputs(5, 64, 4, seed=9)
+    dense = _dense(experts)
+    ref = _reference(x, logits, dense, 2)
+    assert _relative_error(moe.moe_mxfp4(x, logits, dense, 2, LIMIT, ALPHA), ref) < 1e-5
+    with pytest.raises(moe.MoEShapeError, match="MXFP4"):
+        moe.moe_mxfp4_decode(x, logits, dense, 2, LIMIT, ALPHA)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # numpy sigmoid(-big) = 0
+def test_clamps_are_applied(moe):
+    """Large activations drive gate/up past the swiglu limit; the clamps must match."""
+    experts = _experts(4, 64, 64, seed=10)
+    x, logits = _inputs(2, 64, 4, seed=11)
+    x = 40.0 * x
+    ref = _reference(x, logits, experts, 2)
+    assert _relative_error(moe.moe_mxfp4_decode(x, logits, experts, 2, LIMIT, ALPHA), ref) < 1e-5
+    grouped = moe.moe_mxfp4_grouped(x, logits, experts, 2, LIMIT, ALPHA, block_m=16)
+    assert _relative_error(grouped, ref) < 1e-5
+
+
+def test_no_tokens(moe):
+    experts = _experts(4, 64, 64, seed=12)
+    x, logits = _inputs(0, 64, 4, seed=13)
+    assert moe.moe_mxfp4(x, logits, experts, 2, LIMIT, ALPHA).shape == (0, 64)
+    assert moe.moe_mxfp4_grouped(x, logits, experts, 2, LIMIT, ALPHA).shape == (0, 64)
+
+
+def test_shape_errors(moe):
+    experts = _experts(4, 64, 64, seed=14)
+    x, logits = _inputs(2, 64, 4, seed=15)
+    with pytest.raises(moe.MoEShapeError, match="top_k"):
+        moe.moe_mxfp4(x, logits, experts, 5, LIMIT, ALPHA)
+    with pytest.raises(moe.MoEShapeError, match="hidden"):
+        moe.moe_mxfp4(x[:, :32], logits, experts, 2, LIMIT, ALPHA)
+    with pytest.raises(moe.MoEShapeError, match="experts"):
+        moe.moe_mxfp4(x, logits[:, :3], experts, 2, LIMIT, ALPHA)
+
+
+def test_block_m_tracks_pairs_per_expert(moe):
+    assert moe._block_m(4, 128) == 16
+    assert moe._block_m(4096, 128) == 32
+    assert moe._block_m(65536, 128) == 64
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU: gpt-oss-120b shapes in bf16
+# ------------------------------------------------------------------------------------------------
+
+H_120B, I_120B, E_120B, TOP_K_120B = 2880, 2880, 128, 4
+
+
+@pytest.fixture(scope="module")
+def experts_120b() -> ExpertWeights:
+    """Random packed experts with gpt-oss-120b shapes: uniform codes, scales 2^-8..2^-6 (outputs of
+    order one for unit activations), bf16 biases."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    e, h, i = E_120B, H_120B, I_120B
+
+    def packed(*shape):
+        return torch.randint(0, 256, shape, generator=g, device="cuda", dtype=torch.uint8)
+
+    def scales(*shape):
+        return torch.randint(119, 122, shape, generator=g, device="cuda", dtype=torch.uint8)
+
+    return ExpertWeights(
+        gate_up_bias=(0.1 * torch.randn(e, 2 * i, generator=g, device="cuda")).bfloat16(),
+        down_bias=(0.1 * torch.randn(e, h, generator=g, device="cuda")).bfloat16(),
+        gate_up_blocks=packed(e, 2 * i, h // 32, 16),
+        gate_up_scales=scales(e, 2 * i, h // 32),
+        down_blocks=packed(e, h, i // 32, 16),
+        down_scales=scales(e, h, i // 32),
+    )
+
+
+def _inputs_120b(tokens: int, seed: int):
+    """bf16 activations and bf16 router logits without ties (a permutation of k/16 per token)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(tokens, H_120B, generator=g, device="cuda").bfloat16()
+    order = torch.argsort(torch.rand(tokens, E_120B, generator=g, device="cuda"), dim=1)
+    logits = (order.float() / 16.0).bfloat16()
+    return x, logits
+
+
+def _assert_close_120b(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """Tolerance: 1e-2 relative (norm-wise); bf16 output rounding alone is ~4e-3 per element."""
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    err = (out.float() - ref).norm() / ref.norm()
+    assert err < 1e-2, f"relative error {err:.2e}"
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4, 64, 1024])
+def test_gpu_120b_matches_reference(experts_120b, tokens):
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(tokens, seed=tokens)
+    out = moe_mxfp4.moe_mxfp4(x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 8])
+def test_gpu_120b_both_paths(experts_120b, tokens):
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(tokens, seed=100 + tokens)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(moe_mxfp4.moe_mxfp4_decode(*args), ref)
+    _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped(*args), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 64])
+def test_gpu_cuda_graph_replay(experts_120b, tokens):
+    """Both paths capture in a CUDA graph (no host syncs) and replay on new inputs."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(tokens, seed=200 + tokens)
+    static_x, static_logits = x.clone(), logits.clone()
+
+    def step():
+        return moe_mxfp4.moe_mxfp4(static_x, static_logits, experts_120b, 4, LIMIT, ALPHA)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+    new_x, new_logits = _inputs_120b(tokens, seed=300 + tokens)
+    static_x.copy_(new_x)
+    static_logits.copy_(new_logits)
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = moe_mxfp4.moe_mxfp4(new_x, new_logits, experts_120b, 4, LIMIT, ALPHA)
+    assert torch.equal(static_out, expected)
+
+
+@pytest.mark.gpu
+def test_gpu_dense_bf16(experts_120b):
+    """Dense bf16 experts (8 of them, dequantized from the packed ones) through the grouped path."""
+    from gossamer.kernels import moe_mxfp4
+
+    packed = ExpertWeights(
+        gate_up_bias=experts_120b.gate_up_bias[:8],
+        down_bias=experts_120b.down_bias[:8],
+        gate_up_blocks=experts_120b.gate_up_blocks[:8],
+        gate_up_scales=experts_120b.gate_up_scales[:8],
+        down_blocks=experts_120b.down_blocks[:8],
+        down_scales=experts_120b.down_scales[:8],
+    )
+    dense = dataclasses.replace(
+        _dense(packed),
+        gate_up_dense=_dense(packed).gate_up_dense.bfloat16(),
+        down_dense=_dense(packed).down_dense.bfloat16(),
+    )
+    x, _ = _inputs_120b(33, seed=7)
+    logits = torch.randn(33, 8, device="cuda").bfloat16()
+    out = moe_mxfp4.moe_mxfp4(x, logits, dense, 4, LIMIT, ALPHA)
+    _assert_close_120b(out, _reference(x, logits, packed, 4))
