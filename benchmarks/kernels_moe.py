@@ -25,6 +25,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -172,7 +173,7 @@ def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dic
     }
 
 
-def bench_kernels_t1(experts: ExpertWeights, bw: float) -> list[dict]:
+def bench_kernels_t1(experts: ExpertWeights, bw: float) -> Iterator[dict]:
     """Per-kernel times of the decode path at T=1 and a small sweep of its tile configs."""
     x, logits = make_calls(1, 1, seed=7)[0]
     ids, route_w, x_planes = moe.route(logits, TOP_K, x)
@@ -180,7 +181,6 @@ def bench_kernels_t1(experts: ExpertWeights, bw: float) -> list[dict]:
     out = torch.empty_like(x)
     words_gu = experts.gate_up_blocks.view(torch.int32)
     words_dn = experts.down_blocks.view(torch.int32)
-    rows = []
 
     def gate_up(cfg):
         moe._decode_gate_up_kernel[(triton.cdiv(INTER, cfg["BLOCK_PAIRS"]), TOP_K)](
@@ -194,27 +194,27 @@ def bench_kernels_t1(experts: ExpertWeights, bw: float) -> list[dict]:
             H=HIDDEN, INTER=INTER, TOP_K=TOP_K, K_P2=TOP_K, PTX=moe._ptx(), **cfg,
         )  # fmt: skip
 
-    def add(name: str, fn, nbytes: float):
+    def timed(name: str, fn, nbytes: float) -> dict:
         us = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
-        rows.append({"kernel": name, "us": us, "floor_us": nbytes / bw * 1e6,
-                     "tb_s": nbytes / us / 1e6})  # fmt: skip
+        return {"kernel": name, "us": us, "floor_us": nbytes / bw * 1e6, "tb_s": nbytes / us / 1e6}
 
-    add("route+x_planes", lambda: moe.route(logits, TOP_K, x), EXPERTS * 2 + HIDDEN * 6)
+    yield timed("route+x_planes", lambda: moe.route(logits, TOP_K, x), EXPERTS * 2 + HIDDEN * 6)
     gate_up_sweep = [
         moe.DECODE_GATE_UP,
         {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 8, "num_warps": 4},
-        {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 8, "num_warps": 8},
+        {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "num_warps": 4},
     ]
     for cfg in gate_up_sweep:
-        add(f"gate_up {_cfg_name(cfg)}", lambda cfg=cfg: gate_up(cfg), TOP_K * GATE_UP_BYTES)
+        yield timed(
+            f"gate_up {_cfg_name(cfg)}", lambda cfg=cfg: gate_up(cfg), TOP_K * GATE_UP_BYTES
+        )
     down_sweep = [
         moe.DECODE_DOWN,
         {"BLOCK_ROWS": 8, "GROUPS_PER_STEP": 16, "num_warps": 2},
         {"BLOCK_ROWS": 4, "GROUPS_PER_STEP": 8, "num_warps": 1},
     ]
     for cfg in down_sweep:
-        add(f"down {_cfg_name(cfg)}", lambda cfg=cfg: down(cfg), TOP_K * DOWN_BYTES)
-    return rows
+        yield timed(f"down {_cfg_name(cfg)}", lambda cfg=cfg: down(cfg), TOP_K * DOWN_BYTES)
 
 
 def _cfg_name(cfg: dict) -> str:
@@ -226,46 +226,51 @@ def main() -> None:
     torch.manual_seed(0)
     bw = copy_bandwidth()
     experts = make_experts()
+    result = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "copy_bandwidth_bytes_s": bw,
+        "expert_bytes": EXPERT_BYTES,
+        "configs": {
+            "DECODE_MAX_PAIRS": moe.DECODE_MAX_PAIRS,
+            "DECODE_GATE_UP": moe.DECODE_GATE_UP,
+            "DECODE_DOWN": moe.DECODE_DOWN,
+            "GROUPED_GATE_UP": moe.GROUPED_GATE_UP,
+            "GROUPED_DOWN": moe.GROUPED_DOWN,
+        },
+        "paths": [],
+        "kernels_t1": [],
+    }
     print(
-        f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}"
+        f"# {result['gpu']}  torch {torch.__version__}  triton {triton.__version__}"
         f"  copy {bw / 1e12:.2f} TB/s  expert {EXPERT_BYTES / 1e6:.2f} MB"
     )
     print(f"{'path':8s} {'T':>5s} {'us':>9s} {'floor_us':>9s} {'%floor':>6s} {'TB/s':>6s} check")
-    rows = []
-    plan = [("decode", t) for t in (1, 2, 4, 8)] + [("grouped", t) for t in (4, 8, 16, 64, 1024)]
+    # Both paths at T=1, 4 and 8 show the crossover (DECODE_MAX_PAIRS = 32 means T <= 8 at top-4).
+    plan = [("decode", t) for t in (1, 4, 8)] + [("grouped", t) for t in (1, 4, 8, 64, 1024)]
     for path, tokens in plan:
         row = bench_path(path, tokens, experts, bw)
-        rows.append(row)
+        result["paths"].append(row)
         pct = 100 * row["floor_us"] / row["us"]
         ok = f"ok ({row['rel_err']:.1e})" if row["ok"] else f"MISMATCH ({row['rel_err']:.1e})"
         print(
             f"{path:8s} {tokens:5d} {row['us']:9.1f} {row['floor_us']:9.1f} {pct:5.0f}% "
             f"{row['tb_s']:6.2f} {ok} {row['note']}"
         )
+        _write(result)  # after every row: a run cut short by a time limit keeps what finished
     print(f"\n{'kernel (T=1, do_bench)':34s} {'us':>8s} {'floor_us':>9s} {'TB/s':>6s}")
-    kernel_rows = bench_kernels_t1(experts, bw)
-    for row in kernel_rows:
+    for row in bench_kernels_t1(experts, bw):
+        result["kernels_t1"].append(row)
         print(f"{row['kernel']:34s} {row['us']:8.1f} {row['floor_us']:9.1f} {row['tb_s']:6.2f}")
+        _write(result)
     print(f"# {time.time() - started:.0f} s")
+
+
+def _write(result: dict) -> None:
     out_dir = os.environ.get("OUT")
     if out_dir:
-        result = {
-            "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "python": platform.python_version(),
-            "copy_bandwidth_bytes_s": bw,
-            "expert_bytes": EXPERT_BYTES,
-            "paths": rows,
-            "kernels_t1": kernel_rows,
-            "configs": {
-                "DECODE_MAX_PAIRS": moe.DECODE_MAX_PAIRS,
-                "DECODE_GATE_UP": moe.DECODE_GATE_UP,
-                "DECODE_DOWN": moe.DECODE_DOWN,
-                "GROUPED_GATE_UP": moe.GROUPED_GATE_UP,
-                "GROUPED_DOWN": moe.GROUPED_DOWN,
-            },
-        }
         Path(out_dir, "kernels_moe.json").write_text(json.dumps(result, indent=2))
 
 

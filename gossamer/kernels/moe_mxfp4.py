@@ -671,7 +671,7 @@ def _accumulate(acc, a, w, DOT_BF16: tl.constexpr, SWAP_AB: tl.constexpr):
     """acc + a [M, K] @ w [N, K].T in fp32: bf16 tensor cores, or exact fp32 (no tf32).
 
     SWAP_AB keeps acc transposed ([N, M] = w @ a.T): with few rows per expert the weight tile is
-    the big (M >= 64) operand and can feed the tensor cores straight from registers."""
+    the M >= 64 operand (one wgmma per warpgroup) and the 16..32 rows the small N operand."""
     if DOT_BF16:
         a = a.to(tl.bfloat16)
         w = w.to(tl.bfloat16)
@@ -720,7 +720,7 @@ def _grouped_gate_up_kernel(
     counts_ptr,  # [E] int32 pairs per expert
     offsets_ptr,  # [E] int32 first sorted row of each expert
     tile_ends_ptr,  # [E] int32 cumulative M-tile count
-    w_ptr,  # [E, 2I, H/32, 16] uint8, or dense [E, 2I, H]
+    w_ptr,  # [E, 2I, H/32, 4] int32 (packed rows as words), or dense [E, 2I, H]
     scales_ptr,  # [E, 2I, H/32] uint8 (ignored when dense)
     bias_ptr,  # [E, 2I]
     act_ptr,  # [P, INTER] out, sorted rows (paired K order when IS_MXFP4)
@@ -811,13 +811,13 @@ def _grouped_gate_up_kernel(
 
 @triton.jit
 def _grouped_down_kernel(
-    act_ptr,  # [P, INTER] in sorted order
+    act_ptr,  # [P, INTER] sorted rows (paired K order when IS_MXFP4)
     sorted_pairs_ptr,  # [P] int32
     route_w_ptr,  # [P] fp32, by pair index
     counts_ptr,
     offsets_ptr,
     tile_ends_ptr,
-    w_ptr,  # [E, H, INTER/32, 16] uint8, or dense [E, H, INTER]
+    w_ptr,  # [E, H, INTER/32, 4] int32 (packed rows as words), or dense [E, H, INTER]
     scales_ptr,  # [E, H, INTER/32] uint8
     bias_ptr,  # [E, H]
     y_ptr,  # [P, H] fp32 out, by pair index: routing weight * expert output

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Everything the GPU numbers in BENCHMARKS.md come from, in one device call:
+#   bash benchmarks/device_suite.sh [quick]
+# GPU tests, per-kernel benchmarks, decode speed (120b and 20b dummy weights, transformers beside),
+# engine host overhead. Logs and JSON are packed into $OUT/results.tgz after every step, so a call
+# cut short still returns what finished (the device returns at most 8 files).
+set -u
+export PYTHONUNBUFFERED=1
+FINAL=${OUT:-$PWD/out}
+R=/tmp/gossamer_results
+mkdir -p "$R" "$FINAL"
+export OUT=$R  # the benchmark scripts write their JSON to $OUT
+step() {  # step NAME TIMEOUT COMMAND...: run with a time limit, keep the log, show its tail
+  local name=$1 limit=$2; shift 2
+  echo "=== $name"
+  timeout "$limit" "$@" > "$R/$name.log" 2>&1
+  echo "exit $?" >> "$R/$name.log"
+  tail -n 30 "$R/$name.log"
+  tar czf "$FINAL/results.tgz" -C /tmp gossamer_results
+}
+{ nvidia-smi; python3 -c "import torch, triton, transformers, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > "$R/env.log" 2>&1
+tail -n 2 "$R/env.log"
+step gpu_tests 150 python3 -m pytest tests/kernels -m gpu -q -x -p no:cacheprovider
+step decode_speed 240 python3 benchmarks/decode_speed.py --transformers --json "$R/decode_speed.json"
+if [ "${1:-}" != "quick" ]; then
+  step kernels_moe 50 python3 benchmarks/kernels_moe.py
+  step kernels_attention 50 python3 benchmarks/kernels_attention.py
+  step kernels_small 50 python3 benchmarks/kernels_small.py
+fi
+step engine_overhead 30 python3 benchmarks/engine_step_overhead.py --json "$R/engine_overhead.json"
