@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Everything the GPU numbers in BENCHMARKS.md come from, in one device call:
-#   bash benchmarks/device_suite.sh [quick]
+#   bash benchmarks/device_suite.sh [quick]      (BENCH_KERNELS=... picks kernel benchmarks)
 # GPU tests, per-kernel benchmarks, decode speed (120b and 20b dummy weights, transformers beside),
 # engine host overhead. Logs and JSON are packed into $OUT/results.tgz after every step, so a call
 # cut short still returns what finished (the device returns at most 8 files).
 set -u
 export PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the repo, uninstalled
 FINAL=${OUT:-$PWD/out}
 R=/tmp/gossamer_results
 mkdir -p "$R" "$FINAL"
@@ -20,11 +21,11 @@ step() {  # step NAME TIMEOUT COMMAND...: run with a time limit, keep the log, s
 }
 { nvidia-smi; python3 -c "import torch, triton, transformers, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > "$R/env.log" 2>&1
 tail -n 2 "$R/env.log"
-step gpu_tests 150 python3 -m pytest tests/kernels -m gpu -q -x -p no:cacheprovider
+[ "${SKIP_TESTS:-}" ] || step gpu_tests 150 python3 -m pytest tests/kernels -m gpu -q -x -p no:cacheprovider
 step decode_speed 240 python3 benchmarks/decode_speed.py --transformers --json "$R/decode_speed.json"
 if [ "${1:-}" != "quick" ]; then
-  step kernels_moe 50 python3 benchmarks/kernels_moe.py
-  step kernels_attention 50 python3 benchmarks/kernels_attention.py
-  step kernels_small 50 python3 benchmarks/kernels_small.py
+  for bench in ${BENCH_KERNELS:-kernels_moe kernels_attention kernels_small moe_decode_sweep}; do
+    step "$bench" 120 python3 "benchmarks/$bench.py"
+  done
 fi
 step engine_overhead 30 python3 benchmarks/engine_step_overhead.py --json "$R/engine_overhead.json"

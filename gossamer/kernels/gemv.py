@@ -25,9 +25,10 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-# Largest M served by the Triton kernels; above it, cuBLAS. NOTE: set from benchmarks/kernels_small.py
-# on the H200 (the crossover where cuBLAS becomes faster), not guessed.
-GEMV_MAX_M = 16
+# Largest M served by the Triton kernels; above it, cuBLAS. Set from benchmarks/kernels_small.py:
+# on the H200 (2026-12-02) cuBLAS beat these kernels on QKV (10.6 vs 17 us) and O (11.4 vs 15.7 us)
+# at M=1 and tied elsewhere, so 0 = always cuBLAS until the kernels improve.
+GEMV_MAX_M = 0
 SMALL_M_TILE = 16  # tl.dot's row tile (its minimum)
 WAVES = 4  # aim for this many programs per SM so that every SM keeps loads in flight
 

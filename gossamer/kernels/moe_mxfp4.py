@@ -873,9 +873,12 @@ def _grouped_down_kernel(
 
 
 def _block_m(num_pairs: int, num_experts: int) -> int:
-    """Rows per M-tile: about the mean pairs per expert, 16..64 (16 is the smallest mma tile)."""
+    """Rows per M-tile: about the mean pairs per expert, 16..32 (16 is the smallest mma tile).
+
+    NOTE: capped at SWAP_AB_MAX_BLOCK_M: Triton 3.6 (the H200 image) fails to compile the
+    unswapped 64-row tile ("Illegal shared layout"; seen on gpt-oss-20b shapes, 2026-12-02)."""
     mean = triton.cdiv(num_pairs, num_experts)
-    return max(16, min(64, triton.next_power_of_2(mean)))
+    return max(16, min(SWAP_AB_MAX_BLOCK_M, triton.next_power_of_2(mean)))
 
 
 def _expert_schedule(

@@ -274,7 +274,8 @@ def test_shape_errors(moe):
 def test_block_m_tracks_pairs_per_expert(moe):
     assert moe._block_m(4, 128) == 16
     assert moe._block_m(4096, 128) == 32
-    assert moe._block_m(65536, 128) == 64
+    # capped where Triton 3.6 still compiles the tile (see _block_m)
+    assert moe._block_m(65536, 128) == moe.SWAP_AB_MAX_BLOCK_M == 32
 
 
 # ------------------------------------------------------------------------------------------------

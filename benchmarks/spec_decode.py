@@ -1,0 +1,366 @@
+"""Speculative decoding on one GPU: what each proposer buys end to end, and what verification costs.
+
+    # 1. per proposer: mean accepted length and end-to-end speedup at batch 1 and 8
+    python benchmarks/spec_decode.py e2e --model /ckpt/gpt-oss-120b \\
+        --draft /ckpt/gpt-oss-20b --eagle3 /ckpt/gpt-oss-120b-eagle3 --json spec_e2e.json
+
+    # 2. the cost of one verification step (k drafts + 1 token per request) for k = 0..7,
+    #    gpt-oss-120b with dummy weights, through ModelRunner with num_logits = k + 1
+    python benchmarks/spec_decode.py verify-cost --model gpt-oss-120b --load-format dummy \\
+        --batch-sizes 1,8 --context 1024 --json spec_verify.json
+
+e2e: each method runs the same greedy workload (chat prompts rendered with Harmony when the checkpoint
+has a tokenizer.json: a code rewrite, a quote-heavy summary and an open story; repetitive token
+prompts otherwise) at each batch size, after a warm-up; tok/s counts generated tokens over wall time,
+speedup is against the run without speculation, and the spec stats come from EngineStats.spec_stats.
+
+verify-cost: a step of B sequences that each feed 1 + k tokens at context C. Graphs are captured for
+1-token decodes only, so every k is timed eagerly, and k = 0 also with its graph (the plain decode a
+verification step replaces). The floor is the bytes the step must read (weights, the experts that
+B * (k + 1) tokens touch, the KV of B sequences) over the copy bandwidth: it shows why k extra tokens
+cost little while decode is memory bound, and how the MoE reads more experts as k grows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decode_speed import copy_bandwidth, step_bytes  # noqa: E402
+
+from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
+from gossamer.model.loader import load_model  # noqa: E402
+from gossamer.runner.model_runner import ModelRunner, SeqInput  # noqa: E402
+from gossamer.sampling_params import SamplingParams  # noqa: E402
+from gossamer.spec.config import SpecConfig  # noqa: E402
+
+BLOCK = 16
+
+
+# ---- e2e ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class E2eRow:
+    method: str
+    batch: int
+    generated_tokens: int
+    seconds: float
+    tokens_per_s: float
+    speedup: float
+    mean_accepted_length: float
+    acceptance_rate: float
+
+    def line(self) -> str:
+        return (
+            f"{self.method:8s} {self.batch:5d} {self.generated_tokens:7d} {self.seconds:8.2f} "
+            f"{self.tokens_per_s:9.1f} {self.speedup:7.2f}x {self.mean_accepted_length:6.2f} "
+            f"{self.acceptance_rate:6.2f}"
+        )
+
+
+def source_text() -> str:
+    """A real Python module to rewrite (repetition-friendly: the answer copies most of it)."""
+    return (Path(__file__).resolve().parent.parent / "gossamer" / "spec" / "ngram.py").read_text()
+
+
+CHAT_PROMPTS = (
+    "Here is a Python module:\n```python\n{code}\n```\nRewrite the whole module with more "
+    "detailed comments. Output the complete module.",
+    "Summarise this module for a new contributor, quoting the key lines verbatim:\n{code}",
+    "Write a short story about a lighthouse keeper who learns to program.",
+)
+
+
+def workload(loaded, batch: int, seed: int) -> list[list[int]]:
+    tokenizer_file = loaded.checkpoint / "tokenizer.json" if loaded.checkpoint else None
+    if tokenizer_file is not None and tokenizer_file.is_file():
+        from gossamer.harmony.render import render_chat
+        from gossamer.tokenizer import Tokenizer
+
+        tokenizer = Tokenizer.from_file(loaded.checkpoint)
+        code = source_text()
+        prompts = [
+            render_chat(
+                tokenizer,
+                [{"role": "user", "content": CHAT_PROMPTS[i % 3].format(code=code)}],
+                reasoning_effort="low",
+            )
+            for i in range(batch)
+        ]
+        return prompts
+    gen = torch.Generator().manual_seed(seed)
+    vocab = loaded.config.vocab_size
+    prompts = []
+    for _ in range(batch):
+        phrase = torch.randint(0, vocab, (12,), generator=gen).tolist()
+        prompts.append(phrase * 8 + torch.randint(0, vocab, (16,), generator=gen).tolist())
+    return prompts
+
+
+def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
+    k = args.num_speculative_tokens
+    methods: dict[str, SpecConfig | None] = {
+        "none": None,
+        "ngram": SpecConfig(method="ngram", num_speculative_tokens=k),
+        "suffix": SpecConfig(method="suffix", num_speculative_tokens=k),
+    }
+    if args.draft:
+        methods["draft"] = SpecConfig(
+            method="draft",
+            model=args.draft,
+            num_speculative_tokens=k,
+            draft_load_format=args.draft_load_format,
+        )
+    if args.eagle3:
+        methods["eagle3"] = SpecConfig(method="eagle3", model=args.eagle3, num_speculative_tokens=k)
+    methods["auto"] = SpecConfig(method="auto", model=args.draft, num_speculative_tokens=k)
+    wanted = args.methods.split(",") if args.methods else list(methods)
+    return {name: methods[name] for name in wanted if name in methods}
+
+
+def run_workload(
+    engine: EngineCore, prompts: list[list[int]], max_tokens: int
+) -> tuple[int, float]:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"r{time.monotonic_ns()}-{i}", prompt, params)
+    _sync()
+    start = time.perf_counter()
+    generated = 0
+    while engine.has_unfinished_requests():
+        generated += sum(len(out.new_token_ids) for out in engine.step())
+    _sync()
+    return generated, time.perf_counter() - start
+
+
+def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
+    loaded = load_model(
+        args.model,
+        load_format=args.load_format,
+        device=args.device,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+    )
+    rows: list[E2eRow] = []
+    baseline: dict[int, float] = {}
+    for name, spec in method_configs(args).items():
+        config = EngineConfig(
+            max_num_seqs=max(args.batch_sizes),
+            kv_cache_memory=int(args.kv_cache_gib * (1 << 30)),
+            speculative_config=spec,
+            cuda_graphs=not args.no_cuda_graphs,
+        )
+        engine = EngineCore(loaded.model, None, config)
+        run_workload(engine, workload(loaded, 1, seed=99), 8)  # warm-up
+        for batch in args.batch_sizes:
+            before = dict(engine.stats.spec_stats)
+            generated, seconds = run_workload(
+                engine, workload(loaded, batch, seed=batch), args.max_tokens
+            )
+            stats = _delta(before, engine.stats.spec_stats)
+            speed = generated / seconds
+            if name == "none":
+                baseline[batch] = speed
+            drafts = stats.get("num_drafts", 0)
+            row = E2eRow(
+                name,
+                batch,
+                generated,
+                seconds,
+                speed,
+                speed / baseline.get(batch, speed),
+                1 + stats.get("num_accepted_tokens", 0) / drafts if drafts else 1.0,
+                stats.get("num_accepted_tokens", 0) / max(stats.get("num_draft_tokens", 0), 1),
+            )
+            rows.append(row)
+            print(row.line(), flush=True)
+        del engine
+        _free()
+    return rows
+
+
+def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before.get(key, 0) for key in after if key.startswith("num_")}
+
+
+# ---- verification cost ---------------------------------------------------------------------------
+
+
+@dataclass
+class VerifyRow:
+    batch: int
+    context: int
+    k: int
+    mode: str  # eager | graph
+    ms_per_step: float
+    ratio_to_decode: float  # over the k = 0 step in the same mode
+    floor_ms: float
+    max_tokens_per_s: float  # if every draft is accepted
+
+    def line(self) -> str:
+        return (
+            f"{self.batch:5d} {self.context:6d} {self.k:3d} {self.mode:5s} {self.ms_per_step:9.3f} "
+            f"{self.ratio_to_decode:6.2f}x {self.floor_ms:8.3f} {self.max_tokens_per_s:10.1f}"
+        )
+
+
+def verify_bytes(cfg, batch: int, k: int, context: int) -> float:
+    """Bytes a verification step reads: weights and experts for batch * (k + 1) tokens, the KV of
+    `batch` sequences (step_bytes counts KV per token, so it is taken from the batch alone)."""
+    weights = step_bytes(cfg, batch * (k + 1), 0)
+    kv = step_bytes(cfg, batch, context) - step_bytes(cfg, batch, 0)
+    return weights + kv
+
+
+def verify_seqs(batch: int, k: int, context: int, blocks_per_seq: int, groups: int):
+    seqs = []
+    for b in range(batch):
+        base = 1 + groups * b * blocks_per_seq
+        tables = tuple(
+            list(range(base + g * blocks_per_seq, base + (g + 1) * blocks_per_seq))
+            for g in range(groups)
+        )
+        seqs.append(SeqInput([1] * (k + 1), context, tables, num_logits=k + 1))
+    return seqs
+
+
+def time_steps(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float:
+    for _ in range(3):
+        runner.run(seqs).argmax(-1).tolist()
+    _sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        runner.run(seqs).argmax(-1).tolist()  # the host reads the tokens, as the engine does
+    _sync()
+    return (time.perf_counter() - start) / steps
+
+
+def bench_verify_cost(args: argparse.Namespace) -> list[VerifyRow]:
+    max_k = max(args.ks)
+    max_len = args.context + max_k + 16
+    loaded = load_model(
+        args.model,
+        load_format=args.load_format,
+        device=args.device,
+        dtype=args.dtype,
+        max_model_len=max_len,
+    )
+    model, cfg = loaded.model, loaded.config
+    biggest = max(args.batch_sizes)
+    blocks_per_seq = math.ceil(max_len / BLOCK)
+    groups = model.num_cache_groups
+    runner = ModelRunner(
+        model,
+        num_blocks=1 + groups * biggest * blocks_per_seq,
+        block_size=BLOCK,
+        max_num_seqs=biggest,
+        max_num_batched_tokens=biggest * (max_k + 1),
+        cuda_graphs=not args.no_cuda_graphs,
+        graph_sizes=tuple(args.batch_sizes),
+    )
+    runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
+    graphs = runner.graphs
+    bandwidth = copy_bandwidth() if args.device == "cuda" else float("nan")
+    rows: list[VerifyRow] = []
+    for batch in args.batch_sizes:
+        eager_decode = None
+        for k in args.ks:
+            seqs = verify_seqs(batch, k, args.context, blocks_per_seq, groups)
+            modes = ["eager", "graph"] if k == 0 and graphs else ["eager"]
+            for mode in modes:
+                runner.graphs = graphs if mode == "graph" else {}
+                seconds = time_steps(runner, seqs, args.steps)
+                if mode == "eager" and k == 0:
+                    eager_decode = seconds
+                base = eager_decode if mode == "eager" else seconds
+                floor = verify_bytes(cfg, batch, k, args.context) / bandwidth
+                row = VerifyRow(
+                    batch,
+                    args.context,
+                    k,
+                    mode,
+                    1e3 * seconds,
+                    seconds / base if base else float("nan"),
+                    1e3 * floor,
+                    batch * (k + 1) / seconds,
+                )
+                rows.append(row)
+                print(row.line(), flush=True)
+        runner.graphs = graphs
+    return rows
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _free() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("mode", choices=("e2e", "verify-cost"))
+    parser.add_argument("--model", required=True, help="checkpoint folder or preset name")
+    parser.add_argument("--load-format", choices=("auto", "dummy"), default="auto")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--batch-sizes", default="1,8")
+    parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument("--json", default=None)
+    e2e = parser.add_argument_group("e2e")
+    e2e.add_argument("--methods", default=None, help="subset, e.g. none,ngram,draft")
+    e2e.add_argument("--draft", default=None, help="draft model checkpoint (or preset + dummy)")
+    e2e.add_argument("--draft-load-format", choices=("auto", "dummy"), default="auto")
+    e2e.add_argument("--eagle3", default=None, help="EAGLE-3 head checkpoint")
+    e2e.add_argument("--num-speculative-tokens", type=int, default=4)
+    e2e.add_argument("--max-tokens", type=int, default=256)
+    e2e.add_argument("--kv-cache-gib", type=float, default=8.0)
+    cost = parser.add_argument_group("verify-cost")
+    cost.add_argument("--ks", default="0,1,2,3,4,5,6,7")
+    cost.add_argument("--context", type=int, default=1024)
+    cost.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    args.ks = [int(k) for k in args.ks.split(",")]
+    if args.mode == "e2e":
+        print("method   batch  tokens  seconds     tok/s speedup  accLen accRate")
+        rows = [asdict(row) for row in bench_e2e(args)]
+    else:
+        print("batch    ctx   k mode   ms/step  vs k=0 floor_ms  max tok/s")
+        rows = [asdict(row) for row in bench_verify_cost(args)]
+    if args.json:
+        result = {
+            "date": time.strftime("%Y-%m-%d"),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "args": vars(args),
+            "rows": rows,
+        }
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
