@@ -125,7 +125,13 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         )
     if args.eagle3:
         methods["eagle3"] = SpecConfig(method="eagle3", model=args.eagle3, num_speculative_tokens=k)
-    methods["auto"] = SpecConfig(method="auto", model=args.draft, num_speculative_tokens=k)
+    auto_model = args.draft or args.eagle3  # auto adds one model-based proposer
+    methods["auto"] = SpecConfig(
+        method="auto",
+        model=auto_model,
+        num_speculative_tokens=k,
+        draft_load_format=args.draft_load_format,
+    )
     wanted = args.methods.split(",") if args.methods else list(methods)
     return {name: methods[name] for name in wanted if name in methods}
 

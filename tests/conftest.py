@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from gossamer.testing import data_dir
+
+# Tests run tiny shapes on a small shared CPU: OpenMP threads only contend there (tens of times
+# slower with 2 threads than with 1). Benchmarks choose their own thread counts.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,9 @@ PYTHON_SNIPPETS = [
 @pytest.fixture(scope="module")
 def mini():
     path = default_model_path()
-    return load_model(str(path), dtype="float32", max_model_len=2048).model, Tokenizer.from_file(path)
+    return load_model(str(path), dtype="float32", max_model_len=2048).model, Tokenizer.from_file(
+        path
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,9 @@ def test_streamed_completion_matches_offline_greedy_tokens(live, mini):
     expected = EngineCore(model, tokenizer, EngineConfig(num_blocks=64, max_num_seqs=1))
     from gossamer.sampling_params import SamplingParams
 
-    expected.add_request("x", tokenizer.encode(prompt), SamplingParams(temperature=0, max_tokens=24))
+    expected.add_request(
+        "x", tokenizer.encode(prompt), SamplingParams(temperature=0, max_tokens=24)
+    )
     offline = ""
     while expected.has_unfinished_requests():
         offline += "".join(o.text_delta for o in expected.step())
@@ -103,7 +107,11 @@ def test_client_disconnect_frees_the_kv_blocks(live):
     free_before = core.kv_cache_manager.num_free_blocks
     client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none")
     stream = client.completions.create(
-        model="gpt-oss-mini", prompt="def main():\n", max_tokens=1000, temperature=0, stream=True,
+        model="gpt-oss-mini",
+        prompt="def main():\n",
+        max_tokens=1000,
+        temperature=0,
+        stream=True,
         extra_body={"ignore_eos": True},
     )
     for i, _ in enumerate(stream):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gossamer.engine.core import EngineConfig
+from gossamer.spec.config import add_spec_arguments, spec_config_from_args
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +22,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly")
     parser.add_argument("--seed", type=int, default=0, help="seed of unseeded sampling")
+    add_spec_arguments(parser)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -33,6 +35,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         gpu_memory_utilization=args.gpu_memory_utilization,
         cuda_graphs=not args.no_cuda_graphs,
         seed=args.seed,
+        speculative_config=spec_config_from_args(args),
     )
 
 

@@ -32,8 +32,13 @@ class _Stream:
     queue: asyncio.Queue
     num_choices: int
 
-    def put(self, item: RequestOutput | BaseException) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+    def put(self, item: RequestOutput | BaseException) -> bool:
+        """Hand an item to the client's event loop; False when that loop has closed."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the client's loop is gone: nobody will read this stream
+            return False
+        return True
 
 
 class AsyncEngine:
@@ -144,18 +149,22 @@ class AsyncEngine:
         try:
             self.core.add_request(request_id, prompt, params, cache_salt)
         except Exception as error:  # noqa: BLE001 - handed back to the caller
-            stream.loop.call_soon_threadsafe(accepted.set_exception, error)
+            _settle(stream, accepted.set_exception, error)
             return
-        self._streams[request_id] = stream
-        stream.loop.call_soon_threadsafe(accepted.set_result, None)
+        if _settle(stream, accepted.set_result, None):
+            self._streams[request_id] = stream
+        else:  # the caller's loop closed before the request started
+            self.core.abort(request_id)
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:
             stream = self._streams.get(output.request_id)
             if stream is None:
                 continue
-            stream.put(output)
-            if output.finished and not self.core.user_requests.get(output.request_id):
+            if not stream.put(output):
+                self.core.abort(output.request_id)
+                self._streams.pop(output.request_id, None)
+            elif output.finished and not self.core.user_requests.get(output.request_id):
                 self._streams.pop(output.request_id, None)
 
 
@@ -165,3 +174,11 @@ def served_name(args: argparse.Namespace) -> str:
     if names:
         return names[0] if isinstance(names, list) else names
     return args.model or DEFAULT_MODEL
+
+
+def _settle(stream: _Stream, setter, value) -> bool:
+    try:
+        stream.loop.call_soon_threadsafe(setter, value)
+    except RuntimeError:
+        return False
+    return True

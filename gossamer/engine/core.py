@@ -28,6 +28,7 @@ from gossamer.scheduler import (
     Scheduler,
     SchedulerOutput,
 )
+from gossamer.spec.config import SpecConfig
 from gossamer.tokenizer import Tokenizer
 
 GiB = 1 << 30
@@ -44,6 +45,7 @@ class EngineConfig:
     num_blocks: int | None = None  # exact block count (tests); overrides the memory budget
     cuda_graphs: bool = True
     seed: int = 0
+    speculative_config: SpecConfig | None = None  # see gossamer/spec/config.py
 
 
 @dataclass
@@ -90,7 +92,17 @@ class EngineCore:
             max_model_len=self.max_model_len,
             eos_token_ids=self.eos_token_ids,
         )
-        self.runner = runner or ModelRunner(
+        # Speculative decoding: one hook object (gossamer/spec/speculator.py); None when off.
+        self.speculator = None
+        runner_class = ModelRunner
+        if config.speculative_config is not None:
+            from gossamer.spec.build import build_speculator
+
+            self.speculator = build_speculator(
+                config.speculative_config, model, config, self.num_blocks
+            )
+            runner_class = self.speculator.target_runner_class or ModelRunner
+        self.runner = runner or runner_class(
             model,
             num_blocks=self.num_blocks,
             block_size=config.block_size,
@@ -194,17 +206,20 @@ class EngineCore:
     def step(self) -> list[RequestOutput]:
         scheduled = self.scheduler.schedule()
         self.stats.num_preemptions += len(scheduled.preempted_request_ids)
-        result = self._run_and_sample(scheduled)
-        sampled = {rid: [token] for rid, token in zip(result[0], result[1].token_ids, strict=True)}
-        logprobs = dict(zip(result[0], result[1].logprobs, strict=True))
+        sampled, logprobs = self._run_and_sample(scheduled)
         updates = self.scheduler.update(scheduled, sampled)
         outputs = [self._process(update, logprobs.get(update.request_id)) for update in updates]
         self._fork_pending_children()
-        self._refresh_stats(scheduled)
+        if self.speculator is not None:
+            self.speculator.after_step(self.scheduler, scheduled, sampled, self._spec_row)
+        self._refresh_stats(scheduled, updates)
         return [output for output in outputs if output is not None]
 
-    def _run_and_sample(self, scheduled: SchedulerOutput) -> tuple[list[str], SampleResult]:
-        seqs, sample_ids = [], []
+    def _run_and_sample(
+        self, scheduled: SchedulerOutput
+    ) -> tuple[dict[str, list[int]], dict[str, list]]:
+        """Run the step; per request that samples: its new tokens and their logprobs."""
+        seqs, sample_items = [], []
         for item in scheduled.scheduled_requests:
             choice = self.choices[item.request_id]
             if choice.tables is None or item.is_new:
@@ -212,14 +227,27 @@ class EngineCore:
             choice.tables.apply(item.block_table_start, item.new_block_ids)
             num_blocks = -(-item.end_position // self.config.block_size)
             tables = choice.tables.views(num_blocks)
-            seqs.append(SeqInput(item.token_ids, item.start_position, tables, item.do_sample))
+            num_logits = item.num_draft_tokens + 1 if item.do_sample else 0
+            seqs.append(SeqInput(item.token_ids, item.start_position, tables, num_logits))
             if item.do_sample:
-                sample_ids.append(item.request_id)
+                sample_items.append(item)
         if not seqs:
-            return [], SampleResult([], [])
+            return {}, {}
         logits = self.runner.run(seqs)
-        rows = [self._sampling_row(self.choices[rid]) for rid in sample_ids]
-        return sample_ids, self.sampler.sample(logits, rows)
+        ids = [item.request_id for item in sample_items]
+        rows = [self._sampling_row(self.choices[rid]) for rid in ids]
+        if self.speculator is not None and any(item.num_draft_tokens for item in sample_items):
+            tokens, logprobs = self.speculator.sample(
+                logits, sample_items, rows, self.sampler.shared_generator
+            )
+            return dict(zip(ids, tokens, strict=True)), dict(zip(ids, logprobs, strict=True))
+        result: SampleResult = self.sampler.sample(logits, rows)
+        sampled = {rid: [token] for rid, token in zip(ids, result.token_ids, strict=True)}
+        return sampled, {rid: [lp] for rid, lp in zip(ids, result.logprobs, strict=True)}
+
+    def _spec_row(self, request_id: str) -> SamplingRow | None:
+        choice = self.choices.get(request_id)
+        return self._sampling_row(choice) if choice is not None else None
 
     def _sampling_row(self, choice: _Choice) -> SamplingRow:
         request, params = choice.request, choice.params
@@ -232,24 +260,28 @@ class EngineCore:
             tuple(stop_ids) + tuple(params.stop_token_ids),
         )
 
-    def _process(self, update: RequestUpdate, logprob) -> RequestOutput | None:
+    def _process(self, update: RequestUpdate, logprobs: list | None) -> RequestOutput | None:
         choice = self.choices.get(update.request_id)
         if choice is None:
             return None
+        new_tokens = update.new_token_ids
         if choice.text is not None:
-            for token in update.new_token_ids:
-                if token != update.stop_token_id:
-                    choice.text.add_token(token)
+            new_tokens = _add_text(choice.text, update)
         finish_reason = update.finish_reason
         stop_reason: int | str | None = update.stop_token_id
-        if choice.text is not None and choice.text.stopped_by is not None and not finish_reason:
-            self.scheduler.finish(update.request_id, FinishReason.STOP)
-            finish_reason, stop_reason = FinishReason.STOP, choice.text.stopped_by
+        # speculation can accept tokens past a stop string: those are dropped, as if never made
+        cut = len(new_tokens) < len(update.new_token_ids)
+        if choice.text is not None and choice.text.stopped_by is not None:
+            if not finish_reason or cut:
+                if not finish_reason:
+                    self.scheduler.finish(update.request_id, FinishReason.STOP)
+                finish_reason, stop_reason = FinishReason.STOP, choice.text.stopped_by
         finished = finish_reason is not None
         if finished and choice.text is not None:
             choice.text.finish()
-        output = self._output(choice, update.new_token_ids, finished)
-        output.new_logprobs = [logprob] if logprob is not None else []
+        output = self._output(choice, new_tokens, finished)
+        output.num_output_tokens -= len(update.new_token_ids) - len(new_tokens)
+        output.new_logprobs = _logprobs_of(new_tokens, logprobs)
         output.finish_reason = str(finish_reason) if finished else None
         output.stop_reason = stop_reason if finished else None
         if finished:
@@ -294,7 +326,7 @@ class EngineCore:
                     self.scheduler.fork(request.request_id, child)
                 choice.pending_children = []
 
-    def _refresh_stats(self, scheduled: SchedulerOutput) -> None:
+    def _refresh_stats(self, scheduled: SchedulerOutput, updates: list[RequestUpdate]) -> None:
         stats, manager = self.stats, self.kv_cache_manager
         stats.num_running = self.scheduler.num_running
         stats.num_waiting = self.scheduler.num_waiting
@@ -306,8 +338,27 @@ class EngineCore:
             if item.start_position < item.num_prompt_tokens:
                 computed = min(item.end_position, item.num_prompt_tokens) - item.start_position
                 stats.prompt_tokens += computed
-            if item.do_sample:
-                stats.generation_tokens += 1
+        stats.generation_tokens += sum(len(update.new_token_ids) for update in updates)
+        if self.speculator is not None:
+            stats.spec_stats = self.speculator.stats()
+
+
+def _add_text(text: TextState, update: RequestUpdate) -> list[int]:
+    """Detokenize the update's tokens; returns them up to the one that completed a stop string."""
+    tokens = update.new_token_ids
+    for index, token in enumerate(tokens):
+        if token != update.stop_token_id:
+            text.add_token(token)
+        if text.stopped_by is not None:
+            return tokens[: index + 1]
+    return tokens
+
+
+def _logprobs_of(new_tokens: list[int], logprobs: list | None) -> list:
+    """The logprobs of the tokens kept (a stop token or string may cut accepted drafts)."""
+    if not logprobs or logprobs[0] is None:
+        return []
+    return logprobs[: len(new_tokens)]
 
 
 class BlockTables:

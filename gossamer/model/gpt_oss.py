@@ -11,6 +11,8 @@ Parameter names follow the Hugging Face checkpoints, except that q/k/v are fused
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -229,16 +231,23 @@ class GptOssForCausalLM(nn.Module):
         positions: torch.Tensor,  # [T] int
         metadata: AttentionMetadata,
         kv_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        """Run all layers; returns the final-normed hidden states [T, hidden]."""
+        aux_layers: Sequence[int] = (),
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Run all layers; returns the final-normed hidden states [T, hidden].
+
+        With `aux_layers` (EAGLE-3 speculative decoding) it returns (hidden states, aux) where
+        aux[i] [T, hidden] is the residual stream entering layer sorted(aux_layers)[i]."""
         inner = self.model
         hidden = inner.embed_tokens.weight[input_ids]
         cos_sin = self.rope_table()
         residual = None
-        for layer in inner.layers:
+        aux: list[torch.Tensor] = []
+        for index, layer in enumerate(inner.layers):
+            if index in aux_layers:
+                aux.append(hidden if residual is None else hidden + residual)
             hidden, residual = layer(hidden, residual, positions, cos_sin, metadata, kv_cache)
         hidden, _ = self.ops.rms_norm(hidden, inner.norm.weight, self.config.rms_norm_eps, residual)
-        return hidden
+        return (hidden, aux) if aux_layers else hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab]
         return self.ops.linear(hidden, self.lm_head.weight, None).float()

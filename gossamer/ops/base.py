@@ -28,6 +28,7 @@ import torch
 FULL_GROUP = 0
 SLIDING_GROUP = 1
 
+
 @dataclass
 class AttentionMetadata:
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32, on the model's device

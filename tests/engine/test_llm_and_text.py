@@ -69,5 +69,6 @@ def test_n_choices_and_logprobs_come_back_per_choice(llm):
     assert [c.index for c in result.outputs] == [0, 1]
     for choice in result.outputs:
         assert len(choice.token_ids) == 8 and len(choice.logprobs) == 8
-        assert all(entry.token_id == t for entry, t in zip(choice.logprobs, choice.token_ids))
+        pairs = zip(choice.logprobs, choice.token_ids, strict=True)
+        assert all(entry.token_id == t for entry, t in pairs)
         assert all(len(entry.top) == 2 for entry in choice.logprobs)

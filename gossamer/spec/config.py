@@ -1,0 +1,173 @@
+"""`SpecConfig`: what `--speculative-config` says, in the style of vLLM's JSON.
+
+    --speculative-config '{"method": "ngram", "num_speculative_tokens": 4,
+                           "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    --speculative-config '{"method": "draft", "model": "/ckpt/gpt-oss-20b"}'
+    --speculative-config '{"method": "eagle3", "model": "/ckpt/gpt-oss-120b-eagle3"}'
+    --speculative-config auto              # ngram + suffix, chosen per request
+    --speculative-config '{"method": "auto", "model": "/ckpt/gpt-oss-20b"}'   # + a draft model
+
+The value is JSON, the path of a .json file, or a bare method name. This module imports nothing
+heavy: the engine config can hold a `SpecConfig` without loading any proposer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+METHODS = ("ngram", "suffix", "draft", "eagle3", "auto")
+MODEL_METHODS = ("draft", "eagle3")
+
+
+class SpecConfigError(ValueError):
+    """A speculative config that cannot run; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    method: str = "ngram"
+    num_speculative_tokens: int = 4
+    # ngram (prompt lookup): match the last n tokens, n from max down to min.
+    prompt_lookup_max: int = 4
+    prompt_lookup_min: int = 2
+    # draft / eagle3: a checkpoint folder. For "auto" it adds that proposer to ngram + suffix.
+    model: str | None = None
+    draft_load_format: str = "auto"  # "dummy": random weights of a preset (benchmarks)
+    draft_num_blocks: int | None = None  # draft KV pool; None: the target's block count
+    # suffix: a trie over n-grams of the request and of recent outputs of other requests.
+    suffix_decoding_max_tree_depth: int = 16
+    suffix_decoding_max_cached_requests: int = 256
+    suffix_decoding_max_spec_factor: float = 1.0
+    suffix_decoding_min_token_prob: float = 0.1
+    # When to stop speculating.
+    disable_by_batch_size: int | None = None  # globally, while this many requests or more run
+    min_acceptance_rate: float = 0.2  # per request, when the recent acceptance stays below
+    acceptance_window: int = 8  # proposals the per-request acceptance average spans
+    retry_after: int = 16  # engine steps a request stays off before trying again (then doubled)
+    # "auto": the candidate methods (default: ngram, suffix and, with "model", its method).
+    methods: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "methods", tuple(self.methods))
+        for name, ok, message in self._checks():
+            if not ok:
+                raise SpecConfigError(f"speculative config: {name} {message}")
+
+    def _checks(self) -> list[tuple[str, bool, str]]:
+        needs_model = self.method in MODEL_METHODS
+        return [
+            ("method", self.method in METHODS, f"must be one of {', '.join(METHODS)}"),
+            ("num_speculative_tokens", 1 <= self.num_speculative_tokens <= 32, "must be in 1..32"),
+            ("prompt_lookup_min", self.prompt_lookup_min >= 1, "must be at least 1"),
+            (
+                "prompt_lookup_max",
+                self.prompt_lookup_max >= self.prompt_lookup_min,
+                "must be at least prompt_lookup_min",
+            ),
+            ("model", self.model is not None or not needs_model, f"is required by {self.method}"),
+            ("draft_load_format", self.draft_load_format in ("auto", "dummy"), "is auto or dummy"),
+            (
+                "draft_num_blocks",
+                self.draft_num_blocks is None or self.draft_num_blocks >= 2,
+                "must be at least 2",
+            ),
+            ("suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth >= 2, ">= 2"),
+            (
+                "suffix_decoding_max_cached_requests",
+                self.suffix_decoding_max_cached_requests >= 0,
+                "must not be negative",
+            ),
+            ("suffix_decoding_max_spec_factor", self.suffix_decoding_max_spec_factor > 0, "> 0"),
+            (
+                "suffix_decoding_min_token_prob",
+                0 <= self.suffix_decoding_min_token_prob <= 1,
+                "must be in [0, 1]",
+            ),
+            (
+                "disable_by_batch_size",
+                self.disable_by_batch_size is None or self.disable_by_batch_size >= 1,
+                "must be at least 1",
+            ),
+            ("min_acceptance_rate", 0 <= self.min_acceptance_rate <= 1, "must be in [0, 1]"),
+            ("acceptance_window", self.acceptance_window >= 1, "must be at least 1"),
+            ("retry_after", self.retry_after >= 1, "must be at least 1"),
+            (
+                "methods",
+                all(m in METHODS and m != "auto" for m in self.methods),
+                f"entries must be among {', '.join(METHODS[:-1])}",
+            ),
+        ]
+
+    @property
+    def proposer_methods(self) -> tuple[str, ...]:
+        """The proposers to build: the method itself, or the candidates of "auto"."""
+        if self.method != "auto":
+            return (self.method,)
+        if self.methods:
+            return self.methods
+        extra = (model_method(self.model),) if self.model else ()
+        return ("ngram", "suffix", *extra)
+
+
+def model_method(path: str) -> str:
+    """The method of a checkpoint: "eagle3" for an EAGLE-3 head (by config.json), else "draft"."""
+    config_path = Path(path) / "config.json"
+    if not config_path.is_file():
+        return "draft"  # a preset name with dummy weights
+    raw = json.loads(config_path.read_text())
+    architectures = " ".join(raw.get("architectures") or ())
+    return "eagle3" if "eagle3" in architectures.lower() else "draft"
+
+
+def parse_spec_config(value: str | dict[str, Any] | SpecConfig | None) -> SpecConfig | None:
+    """JSON text, a .json path, a bare method name or a dict -> SpecConfig (None stays None)."""
+    if value is None or isinstance(value, SpecConfig):
+        return value
+    if isinstance(value, str):
+        value = _load_text(value.strip())
+    if not isinstance(value, dict):
+        raise SpecConfigError("the speculative config must be a JSON object or a method name")
+    known = {f.name for f in fields(SpecConfig)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise SpecConfigError(
+            f"speculative config: unknown keys {unknown}; known keys are {sorted(known)}"
+        )
+    if isinstance(value.get("methods"), list):
+        value = value | {"methods": tuple(value["methods"])}
+    try:
+        return SpecConfig(**value)
+    except TypeError as error:  # a value of the wrong type, e.g. a string for a count
+        raise SpecConfigError(f"speculative config: {error}") from error
+
+
+def _load_text(text: str) -> Any:
+    if text in METHODS:
+        return {"method": text}
+    if not text.startswith("{") and Path(text).is_file():
+        text = Path(text).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecConfigError(
+            f"--speculative-config is neither JSON nor a method name ({error}); e.g. "
+            '\'{"method": "ngram", "num_speculative_tokens": 4}\''
+        ) from error
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--speculative-config",
+        default=None,
+        help='speculative decoding, JSON like vLLM\'s: \'{"method": "ngram", '
+        '"num_speculative_tokens": 4}\'; methods: ngram, suffix, draft (+ "model"), '
+        'eagle3 (+ "model"), auto; or a .json path, or a bare method name',
+    )
+
+
+def spec_config_from_args(args: argparse.Namespace) -> SpecConfig | None:
+    return parse_spec_config(getattr(args, "speculative_config", None))

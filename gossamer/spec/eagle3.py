@@ -1,0 +1,687 @@
+"""EAGLE-3 proposer: one Llama-style decoder layer that drafts from the target's own features.
+
+Checkpoint layout (the published EAGLE-3 heads, e.g. for gpt-oss; architecture
+`LlamaForCausalLMEagle3`), optional `model.` prefix, `layers.0.` also accepted for `midlayer.`:
+
+    fc.weight                        [H, 3 * H_target]  aux hidden states (low, middle, high) -> H
+    midlayer.input_layernorm.weight  [H]                 RMSNorm of the token embedding
+    midlayer.hidden_norm.weight      [H]                 RMSNorm of the projected hidden state
+    midlayer.self_attn.{q,k,v}_proj.weight [*, 2H]       attention over cat(embedding, hidden)
+    midlayer.self_attn.o_proj.weight [H, heads * D]
+    midlayer.post_attention_layernorm.weight, midlayer.mlp.{gate,up,down}_proj.weight (SiLU MLP)
+    norm.weight [H], lm_head.weight [draft_vocab, H]
+    d2t [draft_vocab] int64          target id = draft id + d2t[draft id]
+    t2d [vocab] bool                 (unused)
+    embed_tokens.weight [vocab, H]   optional: the target's embedding is used when absent
+
+config.json: the Llama fields, `draft_vocab_size`, `target_hidden_size` (default H),
+`norm_before_residual`, and `eagle_config.eagle_aux_hidden_state_layer_ids` (default: target
+layers 2, L // 2 and L - 3). An aux hidden state is the residual stream entering that target layer.
+
+Alignment: head position p sees token p + 1 and the target's hidden state at p, and predicts token
+p + 2. After each target step the head computes every position whose next token is now known, with
+the target's hidden states of that step (`observe`); then it drafts: the last true position gives
+draft 0, and each further draft feeds the previous one with the head's own pre-norm output standing
+in for the target's hidden state (`propose`). Draft positions are recomputed with the target's
+hidden states once verified. Positions whose target hidden states this engine never computed
+(prefix-cache hits, blocks shared by n > 1 forks) are computed with zero hidden states: that costs
+acceptance, never correctness.
+
+The target runs through `AuxHiddenRunner` (eager: the captured decode graphs do not return the aux
+states). The head has its own small KV pool (one full-attention layer), without prefix caching.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gossamer.cache.layout import KVCacheGroupSpec
+from gossamer.cache.manager import KVCacheManager
+from gossamer.config import ModelConfig, RopeScaling
+from gossamer.model.gpt_oss import GptOssForCausalLM
+from gossamer.model.rope import cos_sin_table
+from gossamer.ops.base import AttentionMetadata, Ops
+from gossamer.runner.model_runner import ModelRunner, SeqInput
+from gossamer.spec.drafting import draw_drafts, stack_probs
+from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
+
+if TYPE_CHECKING:
+    from gossamer.engine.core import EngineConfig
+    from gossamer.scheduler import SchedulerOutput
+    from gossamer.spec.config import SpecConfig
+
+NO_SINK = -1e30  # a sink logit that takes no probability mass: plain softmax attention
+
+
+class Eagle3Error(ValueError):
+    """An EAGLE-3 checkpoint that does not fit the target or cannot be read."""
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    aux_layer_ids: tuple[int, ...] | None = None
+    norm_before_residual: bool = False
+    attention_bias: bool = False
+
+    @classmethod
+    def from_hf(cls, raw: dict[str, Any]) -> Eagle3Config:
+        hidden = raw["hidden_size"]
+        heads = raw["num_attention_heads"]
+        eagle = raw.get("eagle_config") or {}
+        aux = eagle.get("eagle_aux_hidden_state_layer_ids")
+        # transformers v4 spells rope "rope_theta" + "rope_scaling", v5 "rope_parameters"
+        rope = raw.get("rope_scaling") or raw.get("rope_parameters") or None
+        theta = raw.get("rope_theta") or (rope or {}).get("rope_theta") or 10000.0
+        return cls(
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=raw.get("num_key_value_heads") or heads,
+            head_dim=raw.get("head_dim") or hidden // heads,
+            intermediate_size=raw["intermediate_size"],
+            vocab_size=raw["vocab_size"],
+            draft_vocab_size=raw.get("draft_vocab_size") or raw["vocab_size"],
+            target_hidden_size=raw.get("target_hidden_size") or hidden,
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-5),
+            rope_theta=float(theta),
+            rope_scaling=rope,
+            aux_layer_ids=tuple(aux) if aux else None,
+            norm_before_residual=bool(raw.get("norm_before_residual", False)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+        )
+
+    def aux_layers(self, num_target_layers: int) -> tuple[int, ...]:
+        if self.aux_layer_ids is not None:
+            layers = tuple(sorted(self.aux_layer_ids))
+        else:
+            layers = tuple(sorted({2, num_target_layers // 2, num_target_layers - 3}))
+        if len(layers) != 3 or not all(0 <= layer < num_target_layers for layer in layers):
+            raise Eagle3Error(
+                f"EAGLE-3 needs three distinct target layers in 0..{num_target_layers - 1}, got "
+                f"{layers}; set eagle_config.eagle_aux_hidden_state_layer_ids in its config.json"
+            )
+        return layers
+
+
+def _weight(*shape: int, dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, dtype=dtype), requires_grad=False)
+
+
+def _linear_module(out_features: int, in_features: int, bias: bool, dtype: torch.dtype):
+    module = nn.Module()
+    module.weight = _weight(out_features, in_features, dtype=dtype)
+    module.bias = _weight(out_features, dtype=dtype) if bias else None
+    return module
+
+
+def _norm_module(size: int, dtype: torch.dtype = torch.float32) -> nn.Module:
+    # NOTE: norm weights stay float32, as in the target (the norm op computes in float32)
+    module = nn.Module()
+    module.weight = _weight(size, dtype=dtype)
+    return module
+
+
+class Eagle3Head(nn.Module):
+    """The EAGLE-3 draft head; parameter names are the checkpoint's."""
+
+    def __init__(
+        self,
+        config: Eagle3Config,
+        ops: Ops,
+        *,
+        dtype: torch.dtype,
+        max_positions: int,
+        own_embedding: bool,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.ops = ops
+        self.max_positions = max_positions
+        hidden, heads, kv_heads = (
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+        )
+        head_dim, bias = config.head_dim, config.attention_bias
+        self.fc = _linear_module(hidden, 3 * config.target_hidden_size, False, dtype)
+        layer = self.midlayer = nn.Module()
+        layer.input_layernorm = _norm_module(hidden)
+        layer.hidden_norm = _norm_module(hidden)
+        layer.post_attention_layernorm = _norm_module(hidden)
+        attn = layer.self_attn = nn.Module()
+        attn.q_proj = _linear_module(heads * head_dim, 2 * hidden, bias, dtype)
+        attn.k_proj = _linear_module(kv_heads * head_dim, 2 * hidden, bias, dtype)
+        attn.v_proj = _linear_module(kv_heads * head_dim, 2 * hidden, bias, dtype)
+        attn.o_proj = _linear_module(hidden, heads * head_dim, bias, dtype)
+        mlp = layer.mlp = nn.Module()
+        mlp.gate_proj = _linear_module(config.intermediate_size, hidden, False, dtype)
+        mlp.up_proj = _linear_module(config.intermediate_size, hidden, False, dtype)
+        mlp.down_proj = _linear_module(hidden, config.intermediate_size, False, dtype)
+        self.norm = _norm_module(hidden)
+        self.lm_head = _linear_module(config.draft_vocab_size, hidden, False, dtype)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.embed_tokens = nn.Module()  # its weight: below, or the target's
+        self.embed_tokens.weight = (
+            _weight(config.vocab_size, hidden, dtype=dtype) if own_embedding else None
+        )
+        self.register_buffer("sinks", torch.full((heads,), NO_SINK, dtype=torch.float32))
+        self.cos_sin: torch.Tensor | None = None
+        self._target_ids: torch.Tensor | tuple | None = None  # draft id -> target id, () = same
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def share_embedding(self, weight: torch.Tensor) -> None:
+        """Use the target's token embedding (checkpoints usually leave theirs out)."""
+        self.embed_tokens.weight = nn.Parameter(weight, requires_grad=False)
+
+    def rope_table(self) -> torch.Tensor:
+        if self.cos_sin is None or self.cos_sin.device != self.device:
+            self.cos_sin = llama_cos_sin_table(self.config, self.max_positions, self.device)
+        return self.cos_sin
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T]
+        positions: torch.Tensor,  # [T]
+        hidden: torch.Tensor,  # [T, 3 * H_target] target aux states, or [T, H] own pre-norm
+        metadata: AttentionMetadata,
+        kv_cache: torch.Tensor,  # [1, 2, blocks, block_size, kv_heads, head_dim]
+        from_target: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (normed hidden [T, H] for the LM head, pre-norm hidden [T, H] for the next
+        draft step). `from_target`: `hidden` holds the target's aux states (projected by fc),
+        else the head's own pre-norm output of the previous position."""
+        ops, cfg, layer = self.ops, self.config, self.midlayer
+        embeds = self.embed_tokens.weight[input_ids]
+        if from_target:
+            hidden = ops.linear(hidden.to(self.fc.weight.dtype), self.fc.weight, None)
+        eps = cfg.rms_norm_eps
+        embeds, _ = ops.rms_norm(embeds, layer.input_layernorm.weight, eps)
+        normed_hidden, _ = ops.rms_norm(hidden, layer.hidden_norm.weight, eps)
+        residual = normed_hidden if cfg.norm_before_residual else hidden
+        x = self._attention(
+            torch.cat((embeds, normed_hidden), dim=-1), positions, metadata, kv_cache
+        )
+        x, residual = ops.rms_norm(x, layer.post_attention_layernorm.weight, eps, residual)
+        mlp = layer.mlp
+        gate = ops.linear(x, mlp.gate_proj.weight, None)
+        up = ops.linear(x, mlp.up_proj.weight, None)
+        x = ops.linear(nn.functional.silu(gate) * up, mlp.down_proj.weight, None)
+        return ops.rms_norm(x, self.norm.weight, eps, residual)
+
+    def _attention(
+        self,
+        x: torch.Tensor,  # [T, 2H]
+        positions: torch.Tensor,
+        metadata: AttentionMetadata,
+        kv_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        ops, cfg, attn = self.ops, self.config, self.midlayer.self_attn
+        q = ops.linear(x, attn.q_proj.weight, attn.q_proj.bias)
+        k = ops.linear(x, attn.k_proj.weight, attn.k_proj.bias)
+        v = ops.linear(x, attn.v_proj.weight, attn.v_proj.bias)
+        q = q.view(-1, cfg.num_attention_heads, cfg.head_dim)
+        k = k.view(-1, cfg.num_key_value_heads, cfg.head_dim)
+        v = v.view(-1, cfg.num_key_value_heads, cfg.head_dim)
+        layer_cache = kv_cache[0]
+        q = ops.rope_and_write_kv(
+            q, k, v, positions, self.rope_table(), layer_cache, metadata.slot_mapping[0]
+        )
+        out = ops.attention(q, layer_cache, metadata, 0, self.sinks, cfg.head_dim**-0.5, None)
+        return ops.linear(out.flatten(1), attn.o_proj.weight, attn.o_proj.bias)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, H] -> [N, vocab] float32 in the target vocabulary; tokens outside the draft
+        vocabulary get -inf."""
+        draft_logits = self.ops.linear(hidden, self.lm_head.weight, None).float()
+        if self._target_ids is None:
+            identity = self.config.draft_vocab_size == self.config.vocab_size
+            self._target_ids = () if identity and not self.d2t.any() else self.draft_to_target()
+        if isinstance(self._target_ids, tuple):
+            return draft_logits
+        full = draft_logits.new_full((hidden.shape[0], self.config.vocab_size), float("-inf"))
+        full[:, self._target_ids] = draft_logits
+        return full
+
+    def draft_to_target(self) -> torch.Tensor:
+        """[draft_vocab] target token id of each draft token id."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
+        cfg = self.config
+        shape = (1, 2, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
+        return torch.zeros(shape, dtype=self.lm_head.weight.dtype, device=self.device)
+
+
+def llama_cos_sin_table(
+    config: Eagle3Config, max_positions: int, device: torch.device | str
+) -> torch.Tensor:
+    """[max_positions, head_dim] cos | sin for Llama rope: plain, "llama3" or "yarn" scaling."""
+    scaling = config.rope_scaling or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type == "yarn":
+        rope = RopeScaling(
+            factor=float(scaling.get("factor", 1.0)),
+            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+            beta_fast=float(scaling.get("beta_fast") or 32.0),
+            beta_slow=float(scaling.get("beta_slow") or 1.0),
+            truncate=bool(scaling.get("truncate", True)),
+        )
+        like = ModelConfig(
+            head_dim=config.head_dim, rope_theta=config.rope_theta, rope_scaling=rope
+        )
+        return cos_sin_table(like, max_positions, device)
+    dim = config.head_dim
+    inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    if rope_type == "llama3":
+        inv_freq = _llama3_frequencies(inv_freq, scaling)
+    elif rope_type not in ("default", "linear"):
+        raise Eagle3Error(f"EAGLE-3 rope_scaling type {rope_type!r} is not supported")
+    elif rope_type == "linear":
+        inv_freq = inv_freq / float(scaling["factor"])
+    angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(device)
+
+
+def _llama3_frequencies(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    long_wave = wavelength > original / low
+    short_wave = wavelength < original / high
+    return torch.where(long_wave, inv_freq / factor, torch.where(short_wave, inv_freq, blended))
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def load_eagle3_head(
+    path: str | Path,
+    target: GptOssForCausalLM,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Eagle3Head:
+    folder = Path(path)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise Eagle3Error(f"no config.json in the EAGLE-3 checkpoint folder {folder}")
+    config = Eagle3Config.from_hf(json.loads(config_path.read_text()))
+    if config.vocab_size != target.config.vocab_size:
+        raise Eagle3Error(
+            f"the EAGLE-3 head is for a vocabulary of {config.vocab_size} tokens, the target has "
+            f"{target.config.vocab_size}"
+        )
+    if config.target_hidden_size != target.config.hidden_size:
+        raise Eagle3Error(
+            f"the EAGLE-3 head expects target hidden size {config.target_hidden_size}, the target "
+            f"has {target.config.hidden_size}"
+        )
+    tensors = _read_tensors(folder)
+    own_embedding = "embed_tokens.weight" in tensors
+    if not own_embedding and config.hidden_size != target.config.hidden_size:
+        raise Eagle3Error("the EAGLE-3 checkpoint has no embed_tokens and a different hidden size")
+    dtype = dtype or target.dtype
+    with torch.device(target.device):
+        head = Eagle3Head(
+            config,
+            target.ops,
+            dtype=dtype,
+            max_positions=target.max_model_len,
+            own_embedding=own_embedding,
+        )
+    if not own_embedding:
+        head.share_embedding(target.model.embed_tokens.weight)
+    _copy_into(head, tensors, folder)
+    return head
+
+
+def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    files = sorted(folder.glob("*.safetensors"))
+    raw: dict[str, torch.Tensor] = {}
+    if files:
+        from safetensors.torch import load_file
+
+        for file in files:
+            raw.update(load_file(file))
+    elif (folder / "pytorch_model.bin").is_file():
+        raw = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise Eagle3Error(f"no *.safetensors or pytorch_model.bin in {folder}")
+    tensors = {}
+    for name, tensor in raw.items():
+        name = name.removeprefix("model.").replace("layers.0.", "midlayer.")
+        if name != "t2d":
+            tensors[name] = tensor
+    return tensors
+
+
+def _copy_into(head: Eagle3Head, tensors: dict[str, torch.Tensor], folder: Path) -> None:
+    params = dict(head.named_parameters()) | dict(head.named_buffers())
+    params.pop("sinks")
+    if "embed_tokens.weight" not in tensors:
+        params.pop("embed_tokens.weight", None)
+    if "d2t" not in tensors:
+        if head.config.draft_vocab_size != head.config.vocab_size:
+            raise Eagle3Error(f"{folder} has a reduced draft vocabulary but no d2t mapping")
+        params.pop("d2t")
+    missing = sorted(set(params) - set(tensors))
+    unexpected = sorted(set(tensors) - set(params))
+    if missing or unexpected:
+        raise Eagle3Error(
+            f"EAGLE-3 checkpoint {folder}: missing {missing[:8]}, unexpected {unexpected[:8]}"
+        )
+    with torch.no_grad():
+        for name, target in params.items():
+            source = tensors[name]
+            if tuple(source.shape) != tuple(target.shape):
+                raise Eagle3Error(
+                    f"{folder}: {name} has shape {tuple(source.shape)}, expected "
+                    f"{tuple(target.shape)}"
+                )
+            target.copy_(source.to(target.dtype))
+
+
+# ---- the target side -----------------------------------------------------------------------------
+
+
+class AuxHiddenRunner(ModelRunner):
+    """A ModelRunner that also keeps, for every token it fed, the residual stream entering the
+    EAGLE-3 layers: `last_aux_hidden` [num_tokens, 3 * hidden], in the order of the sequences.
+    Always eager (the captured decode graphs return logits only)."""
+
+    def __init__(self, *args, aux_layers: tuple[int, ...], **kwargs) -> None:
+        kwargs["cuda_graphs"] = False
+        super().__init__(*args, **kwargs)
+        self.aux_layers = aux_layers
+        self.last_aux_hidden: torch.Tensor | None = None
+
+    @torch.inference_mode()
+    def run(self, seqs: list[SeqInput]) -> torch.Tensor:
+        self.last_aux_hidden = None
+        if not seqs:
+            return super().run(seqs)
+        if len(seqs) > self.max_num_seqs:
+            raise ValueError(f"{len(seqs)} sequences exceed max_num_seqs={self.max_num_seqs}")
+        num_tokens, rows, max_query, max_seq = self._fill(seqs)
+        if num_tokens > self.max_tokens:
+            raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
+        self._upload(num_tokens, len(seqs))
+        metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
+        hidden, aux = self.model(
+            self.dev["input_ids"][:num_tokens],
+            self.dev["positions"][:num_tokens],
+            metadata,
+            self.kv_cache,
+            aux_layers=self.aux_layers,
+        )
+        self.last_aux_hidden = torch.cat(aux, dim=-1)
+        index = torch.tensor(rows, device=self.device, dtype=torch.long)
+        return self.model.compute_logits(hidden[index])
+
+
+# ---- the proposer --------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _HeadSequence:
+    """A request in the head's cache (the `CacheRequest` the manager reads). Positions below
+    num_computed_tokens hold KV computed from true tokens and target hidden states."""
+
+    request_id: str
+    num_computed_tokens: int = 0
+    all_token_ids: list[int] = field(default_factory=list)  # unused: prefix caching is off
+    cache_salt: str | None = None
+    block_hashes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Feed:
+    sequence: _HeadSequence
+    start: int  # first position
+    token_ids: list[int]  # token p + 1 for each position p
+    hidden: torch.Tensor  # [n, 3 * H_target] (zeros where the target computed nothing)
+    ready: bool  # the last position is the request's last true one: it yields draft 0
+
+
+class Eagle3Proposer(BaseProposer):
+    name = "eagle3"
+
+    def __init__(
+        self,
+        head: Eagle3Head,
+        target: GptOssForCausalLM,
+        *,
+        num_speculative_tokens: int,
+        num_blocks: int,
+        block_size: int,
+        seed: int = 0,
+    ) -> None:
+        self.head = head
+        self.aux_layers = head.config.aux_layers(target.config.num_hidden_layers)
+        self.num_speculative_tokens = num_speculative_tokens
+        self.block_size = block_size
+        self.manager = KVCacheManager(
+            [KVCacheGroupSpec((0,))], num_blocks, block_size=block_size, enable_prefix_caching=False
+        )
+        self.kv_cache = head.allocate_kv_cache(num_blocks, block_size)
+        self.shared_generator = torch.Generator().manual_seed(seed)
+        self.target_runner: AuxHiddenRunner | None = None
+        self._sequences: dict[str, _HeadSequence] = {}
+        # request id -> (position, normed [H], pre-norm [H]) of its last true position
+        self._ready: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}
+
+    @classmethod
+    def load(
+        cls,
+        config: SpecConfig,
+        target: GptOssForCausalLM,
+        engine_config: EngineConfig,
+        num_blocks: int,
+    ) -> Eagle3Proposer:
+        head = load_eagle3_head(config.model, target)
+        return cls(
+            head,
+            target,
+            num_speculative_tokens=config.num_speculative_tokens,
+            num_blocks=config.draft_num_blocks or num_blocks,
+            block_size=engine_config.block_size,
+            seed=engine_config.seed + 1,
+        )
+
+    def target_runner_class(self):
+        """A ModelRunner factory for the engine: the runner it builds reports to this proposer."""
+
+        def build(*args, **kwargs) -> AuxHiddenRunner:
+            runner = AuxHiddenRunner(*args, aux_layers=self.aux_layers, **kwargs)
+            self.target_runner = runner
+            return runner
+
+        return build
+
+    # ---- after every target step -------------------------------------------------------------
+
+    @torch.inference_mode()
+    def observe(self, scheduled: SchedulerOutput, live: dict[str, list[int]]) -> None:
+        self._ready.clear()
+        if not scheduled.scheduled_requests:
+            return
+        aux = self.target_runner.last_aux_hidden if self.target_runner is not None else None
+        if aux is None:
+            raise Eagle3Error(
+                "EAGLE-3 needs the target's hidden states: build the engine without a custom "
+                "runner so that it runs the target through AuxHiddenRunner"
+            )
+        feeds, offset = [], 0
+        for item in scheduled.scheduled_requests:
+            rows = (offset, offset + item.num_new_tokens)
+            offset += item.num_new_tokens
+            tokens = live.get(item.request_id)
+            if tokens is not None:
+                feed = self._feed(item.request_id, item.start_position, rows, tokens, aux)
+                if feed is not None:
+                    feeds.append(feed)
+        if feeds:
+            self._run_feeds(feeds)
+
+    def _feed(
+        self, request_id: str, start: int, rows: tuple[int, int], tokens: list[int], aux
+    ) -> _Feed | None:
+        """The head positions this step makes computable for one request."""
+        sequence = self._sequences.get(request_id)
+        if sequence is None:
+            sequence = self._sequences[request_id] = _HeadSequence(request_id)
+        # the target now holds true KV below `end`; position end - 1's next token is known
+        end = min(start + rows[1] - rows[0], len(tokens) - 1)
+        first = sequence.num_computed_tokens
+        if end <= first:
+            return None
+        room = end - first + self.num_speculative_tokens
+        if not self.manager.allocate_slots(sequence, room):
+            self._drop(request_id)
+            return None
+        hidden = aux.new_zeros(end - first, aux.shape[-1])
+        lo = max(first, start)  # positions before `start` have no target hidden states here
+        if lo < end:
+            hidden[lo - first :] = aux[rows[0] + lo - start : rows[0] + end - start]
+        ready = end == len(tokens) - 1
+        return _Feed(sequence, first, tokens[first + 1 : end + 1], hidden, ready)
+
+    def _run_feeds(self, feeds: list[_Feed]) -> None:
+        spans = [(feed.sequence, feed.start, len(feed.token_ids)) for feed in feeds]
+        token_ids = [token for feed in feeds for token in feed.token_ids]
+        hidden = torch.cat([feed.hidden for feed in feeds])
+        normed, prenorm = self._forward(spans, token_ids, hidden)
+        end = 0
+        for feed in feeds:
+            end += len(feed.token_ids)
+            feed.sequence.num_computed_tokens = feed.start + len(feed.token_ids)
+            if feed.ready:
+                position = feed.sequence.num_computed_tokens - 1
+                self._ready[feed.sequence.request_id] = (
+                    position,
+                    normed[end - 1],
+                    prenorm[end - 1],
+                )
+
+    def _forward(
+        self,
+        spans: list[tuple[_HeadSequence, int, int]],  # (sequence, first position, count)
+        token_ids: list[int],
+        hidden: torch.Tensor,
+        from_target: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.head.device
+        positions = np.concatenate([np.arange(start, start + n) for _, start, n in spans])
+        tables = [self.manager.block_tables(seq.request_id)[0] for seq, _, _ in spans]
+        metadata = paged_metadata(
+            [(start, n, table) for (_, start, n), table in zip(spans, tables, strict=True)],
+            self.block_size,
+            device,
+        )
+        ids = torch.tensor(token_ids, dtype=torch.long, device=device)
+        positions_tensor = torch.from_numpy(positions).to(device)
+        return self.head(ids, positions_tensor, hidden, metadata, self.kv_cache, from_target)
+
+    # ---- drafting ----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def propose(self, requests: Sequence[SpecRequest]) -> list[Draft | None]:
+        drafts: list[Draft | None] = [None] * len(requests)
+        chains = []  # (index, request, sequence, count, next position)
+        for index, request in enumerate(requests):
+            ready = self._ready.get(request.request_id)
+            sequence = self._sequences.get(request.request_id)
+            if ready is None or sequence is None or ready[0] != len(request.token_ids) - 2:
+                continue
+            count = min(self.num_speculative_tokens, request.max_draft_tokens)
+            chains.append((index, request, sequence, count))
+        if not chains:
+            return drafts
+        normed = torch.stack([self._ready[c[1].request_id][1] for c in chains])
+        prenorm = torch.stack([self._ready[c[1].request_id][2] for c in chains])
+        tokens_out = [([], []) for _ in chains]
+        active = list(range(len(chains)))
+        step = 0
+        while True:
+            logits = self.head.compute_logits(normed)
+            rows = [chains[i][1].row for i in active]
+            tokens, probs = draw_drafts(logits, rows, self.shared_generator)
+            for i, token, q in zip(active, tokens, probs, strict=True):
+                tokens_out[i][0].append(token)
+                tokens_out[i][1].append(q)
+            keep = [j for j, i in enumerate(active) if len(tokens_out[i][0]) < chains[i][3]]
+            if not keep:
+                break
+            active = [active[j] for j in keep]
+            # position of the new draft's input: the request's last true position + 1 + step
+            spans = [(chains[i][2], len(chains[i][1].token_ids) - 1 + step, 1) for i in active]
+            normed, prenorm = self._forward(
+                spans, [tokens_out[i][0][-1] for i in active], prenorm[keep], from_target=False
+            )
+            step += 1
+        for (index, *_), (tokens, probs) in zip(chains, tokens_out, strict=True):
+            drafts[index] = Draft(tokens, stack_probs(probs))
+        return drafts
+
+    # ---- bookkeeping ---------------------------------------------------------------------------
+
+    def _drop(self, request_id: str) -> None:
+        self.manager.free(request_id)
+        self._sequences.pop(request_id, None)
+        self._ready.pop(request_id, None)
+
+    def release(self, request_id: str, token_ids: Sequence[int], num_prompt_tokens: int) -> None:
+        self._drop(request_id)
+
+
+def paged_metadata(
+    spans: list[tuple[int, int, Sequence[int]]],  # (first position, count, block table)
+    block_size: int,
+    device: torch.device,
+) -> AttentionMetadata:
+    """Attention metadata of one full-attention cache group for sequences that feed `count`
+    tokens from `first position` (their earlier positions already hold KV)."""
+    query_start, seq_lens, slots = [0], [], []
+    width = max(len(table) for _, _, table in spans)
+    tables = np.zeros((len(spans), width), dtype=np.int32)
+    for i, (start, count, table) in enumerate(spans):
+        table_array = np.asarray(table, dtype=np.int64)
+        positions = np.arange(start, start + count)
+        slots.append(table_array[positions // block_size] * block_size + positions % block_size)
+        tables[i, : len(table)] = table
+        query_start.append(query_start[-1] + count)
+        seq_lens.append(start + count)
+    return AttentionMetadata(
+        query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        slot_mapping=(torch.from_numpy(np.concatenate(slots)).to(device),),
+        block_tables=(torch.from_numpy(tables).to(device),),
+        max_query_len=max(count for _, count, _ in spans),
+        max_seq_len=max(seq_lens),
+        query_lens_host=tuple(count for _, count, _ in spans),
+        seq_lens_host=tuple(seq_lens),
+    )

@@ -1,0 +1,64 @@
+"""Counters of speculative decoding, flattened into `EngineStats.spec_stats`.
+
+Keys (cumulative since start):
+- num_drafts: verified proposals; num_draft_tokens: verified draft tokens;
+  num_accepted_tokens: accepted draft tokens;
+- acceptance_rate: accepted / drafted tokens;
+- mean_accepted_length: tokens emitted per verified proposal, the extra token included
+  (1 + accepted / drafts), the number a speedup estimate needs;
+- acceptance_rate_pos_{i}: of the proposals that had a draft at position i, the share whose
+  draft i was accepted (so pos_0 >= pos_1 >= ...);
+- {method}_num_drafts, {method}_num_accepted_tokens, {method}_num_draft_tokens: per proposer;
+- num_disabled_requests: times a request's speculation switched off for low acceptance;
+  num_disabled_steps: steps without proposals because the batch was too large.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+
+class SpecMetrics:
+    def __init__(self, max_positions: int) -> None:
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.drafted_at = [0] * max_positions
+        self.accepted_at = [0] * max_positions
+        self.by_method: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.num_disabled_requests = 0
+        self.num_disabled_steps = 0
+
+    def record(self, method: str, num_drafted: int, num_accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += num_drafted
+        self.num_accepted_tokens += num_accepted
+        for position in range(min(num_drafted, len(self.drafted_at))):
+            self.drafted_at[position] += 1
+            self.accepted_at[position] += position < num_accepted
+        counts = self.by_method[method]
+        counts[0] += 1
+        counts[1] += num_drafted
+        counts[2] += num_accepted
+
+    def as_dict(self) -> dict[str, float]:
+        stats: dict[str, float] = {
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "acceptance_rate": _ratio(self.num_accepted_tokens, self.num_draft_tokens),
+            "mean_accepted_length": 1 + _ratio(self.num_accepted_tokens, self.num_drafts),
+            "num_disabled_requests": self.num_disabled_requests,
+            "num_disabled_steps": self.num_disabled_steps,
+        }
+        for position, drafted in enumerate(self.drafted_at):
+            stats[f"acceptance_rate_pos_{position}"] = _ratio(self.accepted_at[position], drafted)
+        for method, (drafts, drafted, accepted) in sorted(self.by_method.items()):
+            stats[f"{method}_num_drafts"] = drafts
+            stats[f"{method}_num_draft_tokens"] = drafted
+            stats[f"{method}_num_accepted_tokens"] = accepted
+        return stats
+
+
+def _ratio(numerator: int, denominator: int) -> float:
+    return numerator / denominator if denominator else 0.0

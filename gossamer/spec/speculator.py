@@ -1,0 +1,229 @@
+"""The speculator: the engine's one hook into speculative decoding.
+
+EngineCore calls it twice per step:
+
+1. `sample(logits, items, rows, generator)` when a scheduled request carries draft tokens: verify
+   them (gossamer/spec/verify.py) and return accepted drafts + 1 token per request;
+2. `after_step(scheduler, scheduled, sampled, row_for)` after `Scheduler.update`: record acceptance,
+   forget ended requests, let proposers observe the step, and propose drafts for the next step with
+   `Scheduler.set_draft_tokens`. The scheduler counts drafts in the token budget, drops them when
+   the budget or the KV cache is short, and rolls back the KV of rejected ones.
+
+When to speculate:
+- only for requests at the end of their known tokens (decodes), at most `num_speculative_tokens`
+  drafts and never past max_tokens;
+- not at all while `disable_by_batch_size` or more requests run (a large batch is compute bound,
+  so verifying k extra tokens per request is no longer free);
+- per request, not while its recent acceptance rate (an exponential average over about
+  `acceptance_window` proposals) is below `min_acceptance_rate`: it stays off for `retry_after`
+  engine steps, doubled at each relapse (capped at 16x), then tries again;
+- "auto": every configured proposer is a candidate; each request ranks them by an exponential
+  average of the tokens they got accepted for it (untried ones rank first, in config order),
+  and falls through to the next when one has nothing to propose.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gossamer.runner.sampler import SamplingRow, TokenLogprobs
+from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOutput
+from gossamer.spec.config import SpecConfig
+from gossamer.spec.metrics import SpecMetrics
+from gossamer.spec.proposer import Draft, Proposer, SpecRequest
+from gossamer.spec.verify import verify
+
+
+@dataclass
+class _RequestState:
+    acceptance: float = 1.0  # exponential average of accepted / drafted
+    num_verified: int = 0
+    off_until: int = 0  # speculation step counter value from which it may propose again
+    backoff: int = 0
+    scores: dict[str, float] = field(default_factory=dict)  # method -> avg accepted tokens
+
+
+class Speculator:
+    def __init__(self, config: SpecConfig, proposers: dict[str, Proposer]) -> None:
+        if not proposers:
+            raise ValueError("a speculator needs at least one proposer")
+        self.config = config
+        self.proposers = proposers  # in preference order for ties
+        self.metrics = SpecMetrics(config.num_speculative_tokens)
+        # A ModelRunner subclass the target must run with (EAGLE-3 needs hidden states), or None.
+        self.target_runner_class = None
+        self._alpha = 2 / (config.acceptance_window + 1)
+        self._states: dict[str, _RequestState] = {}
+        self._pending: dict[str, tuple[str, Draft]] = {}  # drafts handed to the scheduler
+        self._tracked: dict[str, Request] = {}  # requests some proposer may hold state for
+        self._step = 0
+
+    # ---- verification ------------------------------------------------------------------------
+
+    def sample(
+        self,
+        logits: torch.Tensor,  # [sum(num_draft_tokens + 1), vocab]
+        items: Sequence[ScheduledRequest],  # the scheduled requests with do_sample, in order
+        rows: Sequence[SamplingRow],
+        shared_generator: torch.Generator,
+    ) -> tuple[list[list[int]], list[list[TokenLogprobs | None]]]:
+        drafts, draft_probs = [], []
+        for item in items:
+            num_drafts = item.num_draft_tokens
+            draft = item.token_ids[len(item.token_ids) - num_drafts :] if num_drafts else []
+            drafts.append(draft)
+            draft_probs.append(self._draft_probs(item.request_id, draft))
+        return verify(logits, rows, drafts, draft_probs, shared_generator)
+
+    def _draft_probs(self, request_id: str, draft: list[int]) -> torch.Tensor | None:
+        pending = self._pending.get(request_id)
+        if not draft or pending is None or pending[1].probs is None:
+            return None
+        proposed = pending[1]
+        # NOTE: a draft drawn from q must be verified against that q, never as a point mass.
+        if proposed.token_ids[: len(draft)] != draft:
+            raise RuntimeError(f"draft tokens of {request_id!r} changed between propose and verify")
+        return proposed.probs[: len(draft)]
+
+    # ---- after the step ----------------------------------------------------------------------
+
+    def after_step(
+        self,
+        scheduler: Scheduler,
+        scheduled: SchedulerOutput,
+        sampled: dict[str, list[int]],
+        row_for: Callable[[str], SamplingRow | None],
+    ) -> None:
+        self._step += 1
+        self._record(scheduled, sampled)
+        self._release_ended(scheduler)
+        live = {}
+        for item in scheduled.scheduled_requests:
+            request = scheduler.get_request(item.request_id)
+            if request is not None:
+                live[item.request_id] = request.all_token_ids
+                self._tracked[item.request_id] = request
+        for proposer in self.proposers.values():
+            proposer.observe(scheduled, live)
+        self._propose(scheduler, row_for)
+
+    def _record(self, scheduled: SchedulerOutput, sampled: dict[str, list[int]]) -> None:
+        for item in scheduled.scheduled_requests:
+            if not item.do_sample:
+                continue
+            pending = self._pending.pop(item.request_id, None)
+            tokens = sampled.get(item.request_id)
+            if not item.num_draft_tokens or pending is None or not tokens:
+                continue
+            method, num_drafted, num_accepted = pending[0], item.num_draft_tokens, len(tokens) - 1
+            self.metrics.record(method, num_drafted, num_accepted)
+            self.proposers[method].feedback(item.request_id, num_drafted, num_accepted)
+            self._update_state(item.request_id, method, num_drafted, num_accepted)
+
+    def _update_state(self, request_id: str, method: str, drafted: int, accepted: int) -> None:
+        state = self._states.setdefault(request_id, _RequestState())
+        alpha = self._alpha
+        state.acceptance += alpha * (accepted / drafted - state.acceptance)
+        previous = state.scores.get(method, float(accepted))
+        state.scores[method] = previous + alpha * (accepted - previous)
+        state.num_verified += 1
+        config = self.config
+        warmed_up = state.num_verified >= max(1, config.acceptance_window // 2)
+        if warmed_up and state.acceptance < config.min_acceptance_rate:
+            state.backoff = min(2 * state.backoff or config.retry_after, 16 * config.retry_after)
+            state.off_until = self._step + state.backoff
+            state.acceptance, state.num_verified = 1.0, 0
+            self.metrics.num_disabled_requests += 1
+
+    def _release_ended(self, scheduler: Scheduler) -> None:
+        for request_id, request in list(self._tracked.items()):
+            if scheduler.get_request(request_id) is request:
+                continue
+            del self._tracked[request_id]
+            self._states.pop(request_id, None)
+            self._pending.pop(request_id, None)
+            for proposer in self.proposers.values():
+                proposer.release(request_id, request.all_token_ids, request.num_prompt_tokens)
+
+    # ---- proposing ---------------------------------------------------------------------------
+
+    def _propose(self, scheduler: Scheduler, row_for: Callable[[str], SamplingRow | None]) -> None:
+        limit = self.config.disable_by_batch_size
+        if limit is not None and scheduler.num_running >= limit:
+            self.metrics.num_disabled_steps += 1
+            return
+        candidates = [
+            spec
+            for request in scheduler.running
+            if (spec := self._candidate(scheduler, request, row_for))
+        ]
+        methods = list(self.proposers)
+        rankings = {spec.request_id: self._ranking(spec.request_id, methods) for spec in candidates}
+        for round_index in range(len(methods)):
+            groups: dict[str, list[SpecRequest]] = defaultdict(list)
+            for spec in candidates:
+                groups[rankings[spec.request_id][round_index]].append(spec)
+            candidates = []
+            for method, group in groups.items():
+                for spec, draft in zip(group, self.proposers[method].propose(group), strict=True):
+                    if draft is not None and draft.token_ids:
+                        self._hand_over(scheduler, spec, method, draft)
+                    else:
+                        candidates.append(spec)
+            if not candidates:
+                return
+
+    def _candidate(
+        self,
+        scheduler: Scheduler,
+        request: Request,
+        row_for: Callable[[str], SamplingRow | None],
+    ) -> SpecRequest | None:
+        if request.num_computed_tokens != request.num_tokens - 1:
+            return None  # prompt not done yet
+        state = self._states.get(request.request_id)
+        if state is not None and state.off_until > self._step:
+            return None
+        max_drafts = self.config.num_speculative_tokens
+        if request.max_tokens is not None:
+            max_drafts = min(max_drafts, request.max_tokens - len(request.output_token_ids) - 1)
+        if scheduler.max_model_len is not None:
+            max_drafts = min(max_drafts, scheduler.max_model_len - request.num_tokens)
+        row = row_for(request.request_id) if max_drafts >= 1 else None
+        if row is None:
+            return None
+        self._tracked[request.request_id] = request
+        return SpecRequest(
+            request.request_id,
+            request.all_token_ids,
+            request.num_prompt_tokens,
+            max_drafts,
+            row,
+        )
+
+    def _ranking(self, request_id: str, methods: list[str]) -> list[str]:
+        if len(methods) == 1:
+            return methods
+        state = self._states.get(request_id)
+        scores = state.scores if state is not None else {}
+        untried = float(self.config.num_speculative_tokens + 1)
+        # stable sort: equal scores keep the config order (cheap proposers first)
+        return sorted(methods, key=lambda method: -scores.get(method, untried))
+
+    def _hand_over(
+        self, scheduler: Scheduler, spec: SpecRequest, method: str, draft: Draft
+    ) -> None:
+        if len(draft.token_ids) > spec.max_draft_tokens:
+            probs = draft.probs[: spec.max_draft_tokens] if draft.probs is not None else None
+            draft = Draft(draft.token_ids[: spec.max_draft_tokens], probs)
+        scheduler.set_draft_tokens(spec.request_id, list(draft.token_ids))
+        self._pending[spec.request_id] = (method, draft)
+
+    # ---- stats -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        return self.metrics.as_dict()

@@ -1,0 +1,65 @@
+"""Shared fixtures of the speculative decoding tests: tiny float32 targets and one engine driver."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gossamer.engine.core import EngineConfig, EngineCore
+from gossamer.model.loader import load_model
+from gossamer.sampling_params import SamplingParams
+from gossamer.spec.config import SpecConfig
+from tests.hf_models import write_hf_model
+
+
+@pytest.fixture(scope="session")
+def target_path(tmp_path_factory):
+    return write_hf_model(tmp_path_factory.mktemp("target"), seed=31, num_hidden_layers=2)
+
+
+@pytest.fixture(scope="session")
+def target(target_path):
+    return load_model(str(target_path), dtype="float32", max_model_len=256).model
+
+
+@pytest.fixture(scope="session")
+def other_model_path(tmp_path_factory):
+    """A different random model: a draft the target rarely agrees with."""
+    return write_hf_model(tmp_path_factory.mktemp("other"), seed=7, num_hidden_layers=1)
+
+
+def repetitive_prompts(count: int, seed: int = 0) -> list[list[int]]:
+    """Prompts that repeat a short phrase, so that n-gram lookups find matches."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = []
+    for _ in range(count):
+        phrase = torch.randint(
+            0, 320, (int(torch.randint(3, 7, (1,), generator=gen)),), generator=gen
+        )
+        tail = torch.randint(
+            0, 320, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen
+        )
+        repeats = int(torch.randint(2, 5, (1,), generator=gen))
+        prompts.append(phrase.tolist() * repeats + tail.tolist())
+    return prompts
+
+
+def make_engine(model, spec: SpecConfig | None, **options) -> EngineCore:
+    config = {"block_size": 4, "num_blocks": 400, "speculative_config": spec} | options
+    return EngineCore(model, None, EngineConfig(**config))
+
+
+def run_engine(engine: EngineCore, requests: dict[str, tuple[list[int], SamplingParams]]):
+    """Run to completion; returns ({(id, index): tokens}, {(id, index): logprobs}, steps)."""
+    for request_id, (prompt, params) in requests.items():
+        engine.add_request(request_id, prompt, params)
+    tokens: dict = {}
+    logprobs: dict = {}
+    steps = 0
+    while engine.has_unfinished_requests():
+        steps += 1
+        for out in engine.step():
+            key = (out.request_id, out.index)
+            tokens.setdefault(key, []).extend(out.new_token_ids)
+            logprobs.setdefault(key, []).extend(out.new_logprobs)
+    return tokens, logprobs, steps
