@@ -21,8 +21,12 @@ step() {  # step NAME TIMEOUT COMMAND...: run with a time limit, keep the log, s
 }
 { nvidia-smi; python3 -c "import torch, triton, transformers, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > "$R/env.log" 2>&1
 tail -n 2 "$R/env.log"
-[ "${SKIP_TESTS:-}" ] || step gpu_tests 150 python3 -m pytest tests/kernels -m gpu -q -x -p no:cacheprovider
+[ "${SKIP_TESTS:-}" ] || step gpu_tests 150 python3 -m pytest tests/kernels tests/spec -m gpu -q -p no:cacheprovider
 step decode_speed 240 python3 benchmarks/decode_speed.py --transformers --json "$R/decode_speed.json"
+step spec_verify_cost 90 python3 benchmarks/spec_decode.py verify-cost --model gpt-oss-120b \
+  --load-format dummy --batch-sizes 1,8 --context 1024 --json "$R/spec_verify.json"
+step spec_e2e_mini 90 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini \
+  --methods none,ngram,suffix --batch-sizes 1,8 --max-tokens 256 --json "$R/spec_e2e_mini.json"
 if [ "${1:-}" != "quick" ]; then
   for bench in ${BENCH_KERNELS:-kernels_moe kernels_attention kernels_small moe_decode_sweep}; do
     step "$bench" 120 python3 "benchmarks/$bench.py"

@@ -247,7 +247,6 @@ class _RunContext:
     server: dict[str, Any]
 
     def run(self, concurrency: int | None, rate: float, index: int) -> dict[str, Any]:
-        from gossamer.bench.loadgen import run_load
         from gossamer.bench.metrics import fill_missing_token_counts, summarize
         from gossamer.bench.report import build_result, result_filename, run_table, write_result
         from gossamer.bench.workloads import conversations
@@ -258,7 +257,7 @@ class _RunContext:
         # previous point's prompts would turn them into prefix-cache hits on the server.
         stream = conversations(self.spec, self.builder, f"{self.args.seed}/run{index}")
         warmup_stream = conversations(self.spec, self.builder, f"{self.args.seed}/warmup")
-        outcome = asyncio.run(run_load(self.client, load, stream, warmup_stream))
+        outcome, spec = asyncio.run(self._load_with_server_counters(load, stream, warmup_stream))
         fill_missing_token_counts(outcome.records, self.builder)
         summary = summarize(outcome.records, outcome.duration_s, self.percentiles, self.slo)
         config = self._config(load, index)
@@ -271,6 +270,9 @@ class _RunContext:
             outcome.warmup_records,
             save_text=self.args.save_text,
         )
+        if spec:
+            result["spec_decode"] = spec  # from /metrics, over this run and its warm-up
+            print(f"speculative decoding: {spec}")
         if outcome.warmup_records:
             failed = result["warmup"]["failed"]
             print(f"warm-up: {len(outcome.warmup_records)} requests, {failed} failed (not counted)")
@@ -279,6 +281,17 @@ class _RunContext:
             path = Path(self.args.result_dir) / result_filename(self.label, concurrency, rate)
             print(f"results: {write_result(path, result)}")
         return result
+
+    async def _load_with_server_counters(self, load, stream, warmup_stream):
+        """Run the load; read the server's speculative-decoding counters before and after."""
+        from gossamer.bench.loadgen import run_load
+        from gossamer.bench.server_metrics import scrape_spec_counters, spec_summary
+
+        base, headers = self.client.base_url, self.client.headers
+        before = await scrape_spec_counters(base, headers)
+        outcome = await run_load(self.client, load, stream, warmup_stream)
+        after = await scrape_spec_counters(base, headers)
+        return outcome, spec_summary(before, after)
 
     def _load_config(self, concurrency: int | None, rate: float) -> LoadConfig:
         from gossamer.bench.loadgen import LoadConfig

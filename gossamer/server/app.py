@@ -7,6 +7,7 @@ bad request gets a 400 in OpenAI's error shape rather than FastAPI's 422.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import secrets
@@ -78,18 +79,20 @@ def _served_names(served: str | Sequence[str] | None, default: str) -> list[str]
     return names or [default]
 
 
+async def _call_maybe_async(method: Callable[[], Any] | None) -> None:
+    """Engines may give start/shutdown as plain or async methods (AsyncEngine's are plain)."""
+    if method is not None and inspect.isawaitable(result := method()):
+        await result
+
+
 def _lifespan(engine: EngineClient) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        start = getattr(engine, "start", None)
-        if start is not None:
-            await start()
+        await _call_maybe_async(getattr(engine, "start", None))
         try:
             yield
         finally:
-            shutdown = getattr(engine, "shutdown", None)
-            if shutdown is not None:
-                await shutdown()
+            await _call_maybe_async(getattr(engine, "shutdown", None))
 
     return lifespan
 
