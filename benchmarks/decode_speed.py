@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from timing import copy_bandwidth
 
 from gossamer.config import ModelConfig
 from gossamer.model.loader import load_model
@@ -47,26 +48,6 @@ class Row:
             f"{self.model:13s} {self.kind:6s} {self.batch:5d} {self.context:6d} "
             f"{self.ms_per_step:9.3f} {self.tokens_per_s:10.1f} {self.floor_ms:8.3f} {pct:5.0f}%"
         )
-
-
-def copy_bandwidth(gib: int = 4) -> float:
-    """Bytes/s of a large device-to-device copy, counting the read and the write."""
-    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(10):
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * (gib << 30) / sorted(times)[len(times) // 2]
 
 
 def step_bytes(cfg: ModelConfig, batch: int, context: int, kv_bytes_per_elem: int = 2) -> float:
@@ -219,7 +200,7 @@ def main() -> None:
     args = parser.parse_args()
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(gib=4)
     print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s")
     print("model         kind   batch    ctx   ms/step      tok/s  floor_ms  %floor")
     rows = []

@@ -16,12 +16,12 @@ import json
 import math
 import os
 import platform
-import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import triton
+from timing import copy_bandwidth, graph_seconds_per_call
 
 from gossamer.kernels import attention as kernels
 from gossamer.ops.base import AttentionMetadata
@@ -59,41 +59,6 @@ HEADER = (
     f"{'kind':8s} {'layer':7s} {'batch':>5s} {'ctx':>6s} {'q':>5s} {'us':>9s} {'floor_us':>9s} "
     f"{'%floor':>6s} {'TB/s':>6s} {'TFLOP/s':>7s} check"
 )
-
-
-def copy_bandwidth(gib: int = 2) -> float:
-    """Bytes/s of a large device-to-device copy, counting the read and the write."""
-    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    seconds = _median_seconds(lambda: dst.copy_(src), repeats=10)
-    return 2 * (gib << 30) / seconds
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
-def _graph_seconds_per_call(calls: list) -> float:
-    """Median time of one call when `calls` run back to back in one CUDA graph (launch gaps as in
-    the model's decode graph, no Python in the loop)."""
-    for call in calls:  # compile and warm every launch before the capture
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return _median_seconds(graph.replay, repeats=20) / len(calls)
 
 
 def make_inputs(seqs: list[tuple[int, int]], window: int | None, num_layers: int, seed: int = 0):
@@ -166,7 +131,9 @@ def bench_attention(kind: str, seqs: list[tuple[int, int]], window: int | None, 
     expected = TorchOps().attention(q, kv_cache[0], metadata, 0, sinks, scale, window)
     ok = bool(torch.allclose(out.float(), expected.float(), atol=2e-2, rtol=2e-2))
     del expected
-    seconds = _graph_seconds_per_call([lambda i=i: one_layer(i) for i in range(num_layers)])
+    seconds = graph_seconds_per_call(
+        [lambda i=i: one_layer(i) for i in range(num_layers)], repeats=20
+    )
     return Row(
         kind=kind,
         layer="full" if window is None else "sliding",
@@ -193,7 +160,9 @@ def bench_write_kv(num_tokens: int, bw: float) -> Row:
     TorchOps().write_kv(k, v, expected, slots)
     kernels.write_kv(k, v, cache, slots)
     ok = bool(torch.equal(cache, expected))
-    seconds = _graph_seconds_per_call([lambda: kernels.write_kv(k, v, cache, slots)] * 20)
+    seconds = graph_seconds_per_call(
+        [lambda: kernels.write_kv(k, v, cache, slots)] * 20, repeats=20
+    )
     moved = 2 * 2 * num_tokens * NUM_KV_HEADS * HEAD_DIM * elem  # k and v, read and written
     return Row("write_kv", "-", num_tokens, 0, 1, seconds * 1e6, moved / bw * 1e6, moved, 0.0, ok)
 

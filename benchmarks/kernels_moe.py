@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.testing
+from timing import copy_bandwidth, graph_seconds_per_call
 
 from gossamer.kernels import moe_mxfp4 as moe
 from gossamer.ops.base import ExpertWeights
@@ -44,40 +45,6 @@ DEVICE = "cuda"  # a CPU dry run of this script's glue (tiny shapes, interpreter
 GATE_UP_BYTES = 2 * INTER * (HIDDEN // 2 + HIDDEN // 32 + 2)  # packed + scales + bf16 bias
 DOWN_BYTES = HIDDEN * (INTER // 2 + INTER // 32 + 2)
 EXPERT_BYTES = GATE_UP_BYTES + DOWN_BYTES
-
-
-def copy_bandwidth(gib: int = 2) -> float:
-    """Bytes/s of a large device-to-device copy, counting the read and the write."""
-    src = torch.empty(gib << 30, dtype=torch.uint8, device=DEVICE).random_()
-    dst = torch.empty_like(src)
-    seconds = _median_seconds(lambda: dst.copy_(src), repeats=10)
-    return 2 * (gib << 30) / seconds
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
-def _graph_seconds_per_call(calls: list) -> float:
-    """Median time of one call when `calls` run back to back in one CUDA graph."""
-    for call in calls:  # compile and warm every launch before the capture
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return _median_seconds(graph.replay, repeats=10) / len(calls)
 
 
 def make_experts(seed: int = 0) -> ExpertWeights:
@@ -154,7 +121,7 @@ def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dic
         moved = floor
     note = ""
     try:
-        seconds = _graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in inputs])
+        seconds = graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in inputs])
     except Exception as exc:  # noqa: BLE001 -- report and fall back to plain timing
         note = f"graph capture failed ({type(exc).__name__}: {exc}); do_bench instead"
         torch.cuda.synchronize()
@@ -224,7 +191,7 @@ def _cfg_name(cfg: dict) -> str:
 def main() -> None:
     started = time.time()
     torch.manual_seed(0)
-    bw = copy_bandwidth()
+    bw = copy_bandwidth(device=DEVICE)
     experts = make_experts()
     result = {
         "gpu": torch.cuda.get_device_name(),

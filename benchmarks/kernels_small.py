@@ -20,7 +20,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
+from timing import copy_bandwidth, graph_seconds_per_call, median_seconds
 
 from gossamer.kernels import gemv, norm, rope, sampling
 from gossamer.ops.torch_ref import TorchOps
@@ -82,32 +82,9 @@ HEADER = (
 # ------------------------------------------------------------------------------------------------
 
 
-def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
-def graph_us_per_call(calls: list[Callable[[], object]], repeats: int = 15) -> float:
+def graph_us(calls: list[Callable[[], object]], repeats: int = 15) -> float:
     """Median microseconds of one call when `calls` run back to back in one CUDA graph."""
-    for call in calls:  # compile and warm every launch before the capture
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    seconds = _median_seconds(graph.replay, repeats) / len(calls)
-    del graph
-    return 1e6 * seconds
+    return 1e6 * graph_seconds_per_call(calls, repeats)
 
 
 def eager_us_per_call(calls: list[Callable[[], object]], repeats: int = 10) -> float:
@@ -117,20 +94,12 @@ def eager_us_per_call(calls: list[Callable[[], object]], repeats: int = 10) -> f
         for call in calls:
             call()
 
-    return 1e6 * _median_seconds(run_all, repeats) / len(calls)
+    return 1e6 * median_seconds(run_all, repeats) / len(calls)
 
 
 def copies_for(bytes_per_call: float, max_copies: int = 64) -> int:
     """Calls per graph: enough distinct buffers to exceed the L2, within a launch budget."""
     return max(4, min(max_copies, math.ceil(MIN_BYTES_PER_GRAPH / max(bytes_per_call, 1))))
-
-
-def copy_bandwidth(gib: int = 2) -> float:
-    """Bytes/s of a large device-to-device copy, counting the read and the write."""
-    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    seconds = _median_seconds(lambda: dst.copy_(src), repeats=10)
-    return 2 * (gib << 30) / seconds
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,9 +116,9 @@ def bench_norm(bandwidth: float) -> list[Row]:
         residuals = [torch.randn_like(x) for x in xs]
         weight = torch.rand(HIDDEN, device="cuda") + 0.5
         pairs = list(zip(xs, residuals, strict=True))
-        ours = graph_us_per_call([functools.partial(norm.rms_norm, x, weight, 1e-5, r)
+        ours = graph_us([functools.partial(norm.rms_norm, x, weight, 1e-5, r)
                                   for x, r in pairs])  # fmt: skip
-        ref = graph_us_per_call([functools.partial(TorchOps().rms_norm, x, weight, 1e-5, r)
+        ref = graph_us([functools.partial(TorchOps().rms_norm, x, weight, 1e-5, r)
                                  for x, r in pairs])  # fmt: skip
         rows.append(Row("rms_norm+add", f"T={tokens}", ours, 1e6 * nbytes / bandwidth, nbytes,
                         "torch", ref))  # fmt: skip
@@ -172,7 +141,7 @@ def bench_rope_kv(bandwidth: float) -> list[Row]:
 
         views = [_split_qkv(qkv) for qkv in qkvs]
         tail = (positions, cos_sin, cache, slots)
-        ours = graph_us_per_call([functools.partial(rope.rope_and_write_kv, *t, *tail)
+        ours = graph_us([functools.partial(rope.rope_and_write_kv, *t, *tail)
                                   for t in views])  # fmt: skip
         # the unfused torch path (rope, then a masked scatter that syncs: timed eagerly)
         ref = eager_us_per_call([functools.partial(TorchOps().rope_and_write_kv, *t, *tail)
@@ -209,8 +178,8 @@ def bench_gemv(bandwidth: float) -> tuple[list[Row], dict]:
             x = torch.randn(m, k, device="cuda", dtype=DTYPE)
             nbytes = _gemv_bytes(m, n, k, has_bias)
             weights = list(zip(ws, bs, strict=True))
-            ours = graph_us_per_call([functools.partial(gemv.gemv, x, w, b) for w, b in weights])
-            cublas = graph_us_per_call([functools.partial(F.linear, x, w, b) for w, b in weights])
+            ours = graph_us([functools.partial(gemv.gemv, x, w, b) for w, b in weights])
+            cublas = graph_us([functools.partial(F.linear, x, w, b) for w, b in weights])
             faster[(name, m)] = ours <= cublas
             rows.append(Row("gemv", f"{name} M={m}", ours, 1e6 * nbytes / bandwidth, nbytes,
                             "cuBLAS", cublas))  # fmt: skip
@@ -238,7 +207,7 @@ def bench_gemv_tiles(bandwidth: float) -> list[Row]:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for block_n, block_k in ((8, 128), (8, 256), (16, 128), (16, 256), (32, 128)):
             plan = gemv.plan_gemv(1, n, k, sms, block_n=block_n, block_k=block_k)
-            us = graph_us_per_call([functools.partial(gemv.gemv, x, w, b, plan=plan)
+            us = graph_us([functools.partial(gemv.gemv, x, w, b, plan=plan)
                                     for w, b in zip(ws, bs, strict=True)])  # fmt: skip
             case = f"{name} {block_n}x{block_k} s{plan.split_k}"
             rows.append(Row("gemv_tile", case, us, 1e6 * nbytes / bandwidth, nbytes))
@@ -263,11 +232,11 @@ def bench_sampling(bandwidth: float) -> list[Row]:
                                    top_k=torch.full((batch,), 50, device="cuda"),
                                    top_p=torch.full((batch,), 0.9, device="cuda")),
         }  # fmt: skip
-        argmax = graph_us_per_call([lambda lg=lg: lg.argmax(-1) for lg in logits])
+        argmax = graph_us([lambda lg=lg: lg.argmax(-1) for lg in logits])
         for case, params in cases.items():
             calls = [functools.partial(sampling.sample, lg, seeds=seeds, steps=steps, **params)
                      for lg in logits]  # fmt: skip
-            us = graph_us_per_call(calls)
+            us = graph_us(calls)
             rows.append(Row("sample", f"N={batch} {case}", us, 1e6 * nbytes / bandwidth, nbytes,
                             "argmax", argmax))  # fmt: skip
     return rows

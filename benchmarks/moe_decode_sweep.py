@@ -25,11 +25,10 @@ from kernels_moe import (  # noqa: E402
     GATE_UP_BYTES,
     LIMIT,
     TOP_K,
-    _graph_seconds_per_call,
-    copy_bandwidth,
     make_calls,
     make_experts,
 )
+from timing import copy_bandwidth, graph_seconds_per_call  # noqa: E402
 
 from gossamer.kernels import moe_mxfp4 as moe  # noqa: E402
 
@@ -55,7 +54,7 @@ def time_config(experts, inputs, gate_up: dict, down: dict) -> float:
             x, logits, experts, TOP_K, LIMIT, ALPHA, gate_up_config=gate_up, down_config=down
         )
 
-    return _graph_seconds_per_call([lambda x=x, lg=lg: call(x, lg) for x, lg in inputs])
+    return graph_seconds_per_call([lambda x=x, lg=lg: call(x, lg) for x, lg in inputs])
 
 
 def main() -> None:

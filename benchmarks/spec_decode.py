@@ -37,7 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_speed import copy_bandwidth, step_bytes  # noqa: E402
+from decode_speed import step_bytes  # noqa: E402
+from timing import copy_bandwidth  # noqa: E402
 
 from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
 from gossamer.model.loader import load_model  # noqa: E402
