@@ -989,8 +989,10 @@ def moe_mxfp4_grouped(
 
 # Inline PTX only when compiling for the GPU: TRITON_INTERPRET (the CPU tests) cannot run it.
 _COMPILED = not _is_interpreted(_decode_gate_up_kernel)
-# Off: the GPU runs the plain-Triton decoding too (slower; the one the CPU tests check).
-USE_INLINE_PTX = True
+# Off: the GPU runs the plain-Triton decoding too (the one the CPU tests check). NOTE: off by
+# default since benchmarks/moe_decode_sweep.py measured it faster on the H200 (2026-12-02: the
+# whole T=1 MoE layer 55.8 us without the PTX unpack, 67.2 us with it).
+USE_INLINE_PTX = False
 
 
 # Tests set this to run the grouped kernels' bf16-lane arithmetic (emulated) on the CPU.
