@@ -51,13 +51,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> SampleResult:
         """logits [N, vocab] (any float dtype, any device) -> one token per row."""
         raw = logits.float()
-        processed = raw
-        adjust = [i for i, row in enumerate(rows) if _needs_adjusting(row)]
-        if adjust:
-            processed = raw.clone()
-        for i in adjust:
-            _apply_penalties(processed[i], rows[i])
-            _ban_stop_tokens_before_min(processed[i], rows[i])
+        processed = adjust_logits(raw, rows)
         tokens = processed.argmax(dim=-1)
         random_rows = [i for i, row in enumerate(rows) if not row.params.greedy]
         if random_rows:
@@ -65,20 +59,38 @@ class Sampler:
             drawn = self._draw(processed[index], [rows[i] for i in random_rows])
             tokens[index] = drawn
         token_list = tokens.tolist()
-        return SampleResult(token_list, _logprobs(raw, token_list, rows))
+        return SampleResult(token_list, token_logprobs(raw, token_list, rows))
 
     def _draw(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
-        temperature = torch.tensor([r.params.temperature for r in rows], device=logits.device)
-        probs = torch.softmax(logits / temperature[:, None], dim=-1)
-        probs = _filter(probs, rows)
+        probs = filtered_probs(logits, rows)
         noise = torch.empty_like(probs)
         for i, row in enumerate(rows):
             generator = row.generator or self.shared_generator
-            noise[i] = _exponential(probs.shape[-1], generator).to(probs.device)
+            noise[i] = exponential_noise(probs.shape[-1], generator).to(probs.device)
         return (probs / noise).argmax(dim=-1)
 
 
-def _exponential(size: int, generator: torch.Generator) -> torch.Tensor:
+def adjust_logits(raw: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
+    """Penalties and the min_tokens ban applied to raw logits [N, vocab] (a copy only when some
+    row needs one)."""
+    adjust = [i for i, row in enumerate(rows) if _needs_adjusting(row)]
+    if not adjust:
+        return raw
+    processed = raw.clone()
+    for i in adjust:
+        _apply_penalties(processed[i], rows[i])
+        _ban_stop_tokens_before_min(processed[i], rows[i])
+    return processed
+
+
+def filtered_probs(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
+    """Temperature softmax, then top-k / top-p / min-p: unnormalised probabilities [N, vocab]."""
+    temperature = torch.tensor([r.params.temperature for r in rows], device=logits.device)
+    return filter_probs(torch.softmax(logits / temperature[:, None], dim=-1), rows)
+
+
+def exponential_noise(size: int, generator: torch.Generator) -> torch.Tensor:
+    """Exp(1) draws for the exponential race, from the request's own generator."""
     return torch.empty(size).exponential_(generator=generator)
 
 
@@ -114,7 +126,7 @@ def _ban_stop_tokens_before_min(logits: torch.Tensor, row: SamplingRow) -> None:
         logits[ids] = float("-inf")
 
 
-def _filter(probs: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
+def filter_probs(probs: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
     """Zero the tokens outside each row's top-k / top-p / min-p set (renormalising is not needed
     for an argmax race)."""
     top_k = [r.params.top_k if r.params.top_k > 0 else probs.shape[-1] for r in rows]
@@ -136,7 +148,7 @@ def _filter(probs: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
-def _logprobs(
+def token_logprobs(
     raw: torch.Tensor, tokens: list[int], rows: Sequence[SamplingRow]
 ) -> list[TokenLogprobs | None]:
     wanted = [i for i, row in enumerate(rows) if row.params.logprobs is not None]

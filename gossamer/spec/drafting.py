@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from gossamer.runner.sampler import SamplingRow, _filter
+from gossamer.runner.sampler import SamplingRow, filter_probs
 from gossamer.spec.verify import race
 
 
@@ -33,7 +33,7 @@ def draw_drafts(
         [rows[i].params.temperature for i in random_rows], device=logits.device
     )
     q = torch.softmax(logits[index].float() / temperature[:, None], dim=-1)
-    q = _filter(q, [rows[i] for i in random_rows])
+    q = filter_probs(q, [rows[i] for i in random_rows])
     q = q / q.sum(dim=-1, keepdim=True)
     for j, i in enumerate(random_rows):
         generator = rows[i].generator or shared_generator

@@ -28,12 +28,10 @@ import torch
 from gossamer.runner.sampler import (
     SamplingRow,
     TokenLogprobs,
-    _apply_penalties,
-    _ban_stop_tokens_before_min,
-    _exponential,
-    _filter,
-    _logprobs,
-    _needs_adjusting,
+    adjust_logits,
+    exponential_noise,
+    filtered_probs,
+    token_logprobs,
 )
 
 
@@ -55,7 +53,7 @@ def greedy_accept(target_argmax: Sequence[int], draft: Sequence[int]) -> list[in
 
 def race(probs: torch.Tensor, generator: torch.Generator) -> int:
     """A draw from the (not necessarily normalised) probs [vocab], as the sampler draws."""
-    noise = _exponential(probs.shape[-1], generator).to(probs.device)
+    noise = exponential_noise(probs.shape[-1], generator).to(probs.device)
     return int((probs / noise).argmax())
 
 
@@ -109,7 +107,7 @@ def verify(
     if logits.shape[0] != len(all_rows):
         raise ValueError(f"{logits.shape[0]} logits rows for {len(all_rows)} verified positions")
     raw = logits.float()
-    processed = _processed(raw, all_rows)
+    processed = adjust_logits(raw, all_rows)
     argmax = processed.argmax(dim=-1).tolist()
     random_probs = _random_probs(processed, all_rows)
     tokens: list[list[int]] = []
@@ -131,17 +129,6 @@ def verify(
     return tokens, _emitted_logprobs(raw, all_rows, drafts, tokens)
 
 
-def _processed(raw: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
-    adjust = [i for i, row in enumerate(rows) if _needs_adjusting(row)]
-    if not adjust:
-        return raw
-    processed = raw.clone()
-    for i in adjust:
-        _apply_penalties(processed[i], rows[i])
-        _ban_stop_tokens_before_min(processed[i], rows[i])
-    return processed
-
-
 def _random_probs(processed: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
     """Filtered (top-k/p, min-p), unnormalised probabilities [random rows, vocab] of the rows
     that sample at random, in order."""
@@ -149,11 +136,7 @@ def _random_probs(processed: torch.Tensor, rows: Sequence[SamplingRow]) -> torch
     if not random_rows:
         return processed[:0]
     index = torch.tensor(random_rows, device=processed.device)
-    temperature = torch.tensor(
-        [rows[i].params.temperature for i in random_rows], device=processed.device
-    )
-    probs = torch.softmax(processed[index] / temperature[:, None], dim=-1)
-    return _filter(probs, [rows[i] for i in random_rows])
+    return filtered_probs(processed[index], [rows[i] for i in random_rows])
 
 
 def _emitted_logprobs(
@@ -175,7 +158,7 @@ def _emitted_logprobs(
         flat: list[TokenLogprobs | None] = [None] * len(picked_rows)
     else:
         index = torch.tensor(picked_index, device=raw.device)
-        flat = _logprobs(raw[index], picked_tokens, picked_rows)
+        flat = token_logprobs(raw[index], picked_tokens, picked_rows)
     out, cursor = [], 0
     for emitted in tokens:
         out.append(flat[cursor : cursor + len(emitted)])
