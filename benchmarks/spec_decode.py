@@ -14,9 +14,9 @@ has a tokenizer.json: a code rewrite, a quote-heavy summary and an open story; r
 prompts otherwise) at each batch size, after a warm-up; tok/s counts generated tokens over wall time,
 speedup is against the run without speculation, and the spec stats come from EngineStats.spec_stats.
 
-verify-cost: a step of B sequences that each feed 1 + k tokens at context C. Graphs are captured for
-1-token decodes only, so every k is timed eagerly, and k = 0 also with its graph (the plain decode a
-verification step replaces). The floor is the bytes the step must read (weights, the experts that
+verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
+replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
+verification step replaces. The floor is the bytes the step must read (weights, the experts that
 B * (k + 1) tokens touch, the KV of B sequences) over the copy bandwidth: it shows why k extra tokens
 cost little while decode is memory bound, and how the MoE reads more experts as k grows.
 """
@@ -276,22 +276,23 @@ def bench_verify_cost(args: argparse.Namespace) -> list[VerifyRow]:
         max_num_batched_tokens=biggest * (max_k + 1),
         cuda_graphs=not args.no_cuda_graphs,
         graph_sizes=tuple(args.batch_sizes),
+        graph_query_lens=tuple(1 + k for k in args.ks),
     )
     runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
     graphs = runner.graphs
     bandwidth = copy_bandwidth() if args.device == "cuda" else float("nan")
     rows: list[VerifyRow] = []
     for batch in args.batch_sizes:
-        eager_decode = None
+        decode_seconds: dict[str, float] = {}  # k = 0, per mode: what verification replaces
         for k in args.ks:
             seqs = verify_seqs(batch, k, args.context, blocks_per_seq, groups)
-            modes = ["eager", "graph"] if k == 0 and graphs else ["eager"]
-            for mode in modes:
+            captured = any(key == (batch, k + 1) for key in graphs)
+            for mode in ["eager", "graph"] if captured else ["eager"]:
                 runner.graphs = graphs if mode == "graph" else {}
                 seconds = time_steps(runner, seqs, args.steps)
-                if mode == "eager" and k == 0:
-                    eager_decode = seconds
-                base = eager_decode if mode == "eager" else seconds
+                if k == 0:
+                    decode_seconds[mode] = seconds
+                base = decode_seconds.get(mode)
                 floor = verify_bytes(cfg, batch, k, args.context) / bandwidth
                 row = VerifyRow(
                     batch,

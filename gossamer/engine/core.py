@@ -95,6 +95,7 @@ class EngineCore:
         # Speculative decoding: one hook object (gossamer/spec/speculator.py); None when off.
         self.speculator = None
         runner_class = ModelRunner
+        graph_query_lens: tuple[int, ...] = (1,)
         if config.speculative_config is not None:
             from gossamer.spec.build import build_speculator
 
@@ -102,6 +103,8 @@ class EngineCore:
                 config.speculative_config, model, config, self.num_blocks
             )
             runner_class = self.speculator.target_runner_class or ModelRunner
+            # verification steps where every request carries k drafts replay a graph too
+            graph_query_lens = (1, 1 + config.speculative_config.num_speculative_tokens)
         self.runner = runner or runner_class(
             model,
             num_blocks=self.num_blocks,
@@ -109,6 +112,7 @@ class EngineCore:
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             cuda_graphs=config.cuda_graphs,
+            graph_query_lens=graph_query_lens,
         )
         self.sampler = Sampler(config.seed)
         self.num_cache_groups = len(layout.groups)

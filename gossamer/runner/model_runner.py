@@ -17,6 +17,9 @@ from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.ops.base import AttentionMetadata
 
 DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# Graphs of multi-token steps (speculative verification: 1 + k tokens per sequence) keep all
+# their logits, [batch * (1 + k), vocab] float32; larger batches fall back to eager.
+MAX_MULTI_TOKEN_GRAPH_SEQS = 32
 
 
 @dataclass
@@ -40,6 +43,7 @@ class ModelRunner:
         max_num_batched_tokens: int,
         cuda_graphs: bool = True,
         graph_sizes: tuple[int, ...] = DEFAULT_GRAPH_SIZES,
+        graph_query_lens: tuple[int, ...] = (1,),
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -50,10 +54,12 @@ class ModelRunner:
         self.max_blocks_per_seq = -(-model.max_model_len // block_size)
         self.num_groups = model.num_cache_groups
         self._allocate_buffers()
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.graph_logits: dict[int, torch.Tensor] = {}
+        # keyed by (number of sequences, tokens per sequence)
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graph_logits: dict[tuple[int, int], torch.Tensor] = {}
         if cuda_graphs and self.device.type == "cuda" and model.ops.name == "triton":
-            self.capture_graphs([b for b in graph_sizes if b <= max_num_seqs])
+            sizes = [b for b in graph_sizes if b <= max_num_seqs]
+            self.capture_graphs(sizes, graph_query_lens)
 
     # ---- buffers -------------------------------------------------------------------------------
 
@@ -156,9 +162,9 @@ class ModelRunner:
         num_tokens, rows, max_query, max_seq = self._fill(seqs)
         if num_tokens > self.max_tokens:
             raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
-        graph_size = self._graph_size(seqs, num_tokens)
-        if graph_size is not None:
-            return self._replay(graph_size, len(seqs))
+        key = self._graph_key(seqs, num_tokens)
+        if key is not None:
+            return self._replay(key, len(seqs))
         self._upload(num_tokens, len(seqs))
         metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
         hidden = self.model(
@@ -170,48 +176,64 @@ class ModelRunner:
         index = torch.tensor(rows, device=self.device, dtype=torch.long)
         return self.model.compute_logits(hidden[index])
 
-    def _graph_size(self, seqs: list[SeqInput], num_tokens: int) -> int | None:
-        if not self.graphs or num_tokens != len(seqs):
+    def _graph_key(self, seqs: list[SeqInput], num_tokens: int) -> tuple[int, int] | None:
+        """The captured graph for a uniform step: every sequence feeds q tokens and wants all q
+        logits (q = 1: plain decode; q = 1 + k: verification of k drafts)."""
+        if not self.graphs:
             return None
-        if any(seq.num_logits != 1 for seq in seqs):
+        q = len(seqs[0].token_ids)
+        if num_tokens != q * len(seqs):
             return None
-        return next((size for size in sorted(self.graphs) if size >= len(seqs)), None)
+        if any(len(seq.token_ids) != q or seq.num_logits != q for seq in seqs):
+            return None
+        sizes = sorted(size for size, length in self.graphs if length == q)
+        size = next((size for size in sizes if size >= len(seqs)), None)
+        return None if size is None else (size, q)
 
-    def _pad_decode(self, num_seqs: int, graph_size: int) -> None:
-        """Padding rows: position 0, no KV write, the null block; their logits are ignored."""
+    def _pad(self, num_seqs: int, graph_size: int, q: int) -> None:
+        """Padding sequences of q tokens at positions 0..q-1: no KV write, the null block; their
+        logits are ignored."""
         host = self.host
-        host["input_ids"][num_seqs:graph_size] = 0
-        host["positions"][num_seqs:graph_size] = 0
-        host["slot_mapping"][:, num_seqs:graph_size] = -1
+        first, end = num_seqs * q, graph_size * q
+        host["input_ids"][first:end] = 0
+        host["positions"][first:end] = np.tile(np.arange(q), graph_size - num_seqs)
+        host["slot_mapping"][:, first:end] = -1
         host["block_tables"][:, num_seqs:graph_size, 0] = 0
-        host["query_start_loc"][num_seqs + 1 : graph_size + 1] = np.arange(
-            num_seqs + 1, graph_size + 1
+        host["query_start_loc"][num_seqs + 1 : graph_size + 1] = (
+            np.arange(num_seqs + 1, graph_size + 1) * q
         )
-        host["seq_lens"][num_seqs:graph_size] = 1
+        host["seq_lens"][num_seqs:graph_size] = q
 
-    def _replay(self, graph_size: int, num_seqs: int) -> torch.Tensor:
-        self._pad_decode(num_seqs, graph_size)
-        self._upload(graph_size, graph_size)
-        self.graphs[graph_size].replay()
-        return self.graph_logits[graph_size][:num_seqs]
+    def _replay(self, key: tuple[int, int], num_seqs: int) -> torch.Tensor:
+        size, q = key
+        self._pad(num_seqs, size, q)
+        self._upload(size * q, size)
+        self.graphs[key].replay()
+        return self.graph_logits[key][: num_seqs * q]
 
-    def capture_graphs(self, sizes: list[int]) -> None:
-        """Capture one decode graph per batch size, largest first so they share one memory pool."""
+    def capture_graphs(self, sizes: list[int], query_lens: tuple[int, ...] = (1,)) -> None:
+        """Capture one graph per (batch size, tokens per sequence), largest first so that they
+        share one memory pool."""
         pool = None
-        for size in sorted(sizes, reverse=True):
-            self._pad_decode(0, size)
-            self._upload(size, size)
+        keys = [(size, q) for q in query_lens for size in sizes if size * q <= self.max_tokens]
+        keys = [(b, q) for b, q in keys if q == 1 or b <= MAX_MULTI_TOKEN_GRAPH_SEQS]
+        for size, q in sorted(keys, key=lambda key: key[0] * key[1], reverse=True):
+            num_tokens = size * q
+            self._pad(0, size, q)
+            self._width = 1
+            self._upload(num_tokens, size)
             # NOTE: attention sizes its split-K grid from max_seq_len; the context bound keeps one
             # graph valid for every context length.
-            metadata = self._metadata(size, size, 1, self.model.max_model_len, host_lens=False)
-            ids, positions = self.dev["input_ids"][:size], self.dev["positions"][:size]
+            metadata = self._metadata(num_tokens, size, q, self.model.max_model_len, False)
+            ids = self.dev["input_ids"][:num_tokens]
+            positions = self.dev["positions"][:num_tokens]
             for _ in range(2):  # warm up: compile kernels and settle allocations
                 self.model.compute_logits(self.model(ids, positions, metadata, self.kv_cache))
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 hidden = self.model(ids, positions, metadata, self.kv_cache)
-                self.graph_logits[size] = self.model.compute_logits(hidden)
+                self.graph_logits[(size, q)] = self.model.compute_logits(hidden)
             pool = graph.pool()
-            self.graphs[size] = graph
+            self.graphs[(size, q)] = graph
         torch.cuda.synchronize()
