@@ -103,8 +103,10 @@ class EngineCore:
                 config.speculative_config, model, config, self.num_blocks
             )
             runner_class = self.speculator.target_runner_class or ModelRunner
-            # verification steps where every request carries k drafts replay a graph too
-            graph_query_lens = (1, 1 + config.speculative_config.num_speculative_tokens)
+            # verification steps where every request carries k drafts replay a graph too; the
+            # speculator pads drafts to one of these k
+            ladder = config.speculative_config.draft_len_ladder
+            graph_query_lens = (1, *(1 + k for k in ladder))
         self.runner = runner or runner_class(
             model,
             num_blocks=self.num_blocks,
@@ -241,6 +243,7 @@ class EngineCore:
         ids = [item.request_id for item in sample_items]
         rows = [self._sampling_row(self.choices[rid]) for rid in ids]
         if self.speculator is not None and any(item.num_draft_tokens for item in sample_items):
+            self.speculator.record_step_shape(seqs)
             tokens, logprobs = self.speculator.sample(
                 logits, sample_items, rows, self.sampler.shared_generator
             )

@@ -32,6 +32,15 @@ class SeqInput:
     num_logits: int = 1  # logits wanted for the last num_logits fed tokens (0 mid-prefill)
 
 
+def uniform_query_len(seqs: list[SeqInput]) -> int | None:
+    """q when every sequence feeds q tokens and wants all q logits (q = 1: plain decode; q = 1 + k:
+    verification of k drafts), the only steps a captured graph replays; None otherwise."""
+    q = len(seqs[0].token_ids) if seqs else 0
+    if q == 0 or any(len(seq.token_ids) != q or seq.num_logits != q for seq in seqs):
+        return None
+    return q
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -162,7 +171,7 @@ class ModelRunner:
         num_tokens, rows, max_query, max_seq = self._fill(seqs)
         if num_tokens > self.max_tokens:
             raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
-        key = self._graph_key(seqs, num_tokens)
+        key = self._graph_key(seqs)
         if key is not None:
             return self._replay(key, len(seqs))
         self._upload(num_tokens, len(seqs))
@@ -176,15 +185,12 @@ class ModelRunner:
         index = torch.tensor(rows, device=self.device, dtype=torch.long)
         return self.model.compute_logits(hidden[index])
 
-    def _graph_key(self, seqs: list[SeqInput], num_tokens: int) -> tuple[int, int] | None:
-        """The captured graph for a uniform step: every sequence feeds q tokens and wants all q
-        logits (q = 1: plain decode; q = 1 + k: verification of k drafts)."""
+    def _graph_key(self, seqs: list[SeqInput]) -> tuple[int, int] | None:
+        """The captured graph for a uniform step (see `uniform_query_len`)."""
         if not self.graphs:
             return None
-        q = len(seqs[0].token_ids)
-        if num_tokens != q * len(seqs):
-            return None
-        if any(len(seq.token_ids) != q or seq.num_logits != q for seq in seqs):
+        q = uniform_query_len(seqs)
+        if q is None:
             return None
         sizes = sorted(size for size, length in self.graphs if length == q)
         size = next((size for size in sizes if size >= len(seqs)), None)

@@ -50,6 +50,9 @@ class SpecConfig:
     retry_after: int = 16  # engine steps a request stays off before trying again (then doubled)
     # "auto": the candidate methods (default: ngram, suffix and, with "model", its method).
     methods: tuple[str, ...] = ()
+    # Pad every decode's draft with never-accepted filler to one length of `draft_len_ladder`,
+    # so that verification steps have a CUDA graph's uniform shape (docs/speculative.md).
+    pad_drafts: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", tuple(self.methods))
@@ -101,6 +104,16 @@ class SpecConfig:
                 f"entries must be among {', '.join(METHODS[:-1])}",
             ),
         ]
+
+    @property
+    def draft_len_ladder(self) -> tuple[int, ...]:
+        """The draft lengths k that verification graphs are captured for (query length 1 + k) and
+        that padded drafts are rounded up to: powers of two below num_speculative_tokens, and
+        num_speculative_tokens itself. Padding then at most about doubles a step's drafts, with
+        log2(k) graphs per batch size instead of k."""
+        top = self.num_speculative_tokens
+        powers = [1 << i for i in range(top.bit_length()) if 1 << i < top]
+        return (*powers, top)
 
     @property
     def proposer_methods(self) -> tuple[str, ...]:

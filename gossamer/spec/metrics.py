@@ -10,7 +10,11 @@ Keys (cumulative since start):
   draft i was accepted (so pos_0 >= pos_1 >= ...);
 - {method}_num_drafts, {method}_num_accepted_tokens, {method}_num_draft_tokens: per proposer;
 - num_disabled_requests: times a request's speculation switched off for low acceptance;
-  num_disabled_steps: steps without proposals because the batch was too large.
+  num_disabled_steps: steps without proposals because the batch was too large;
+- num_uniform_verify_steps: verification steps of one shape (every sequence feeds 1 + k tokens),
+  which a CUDA graph replays; num_ragged_verify_steps: decode-only ones whose draft lengths
+  differ (eager); num_prefill_verify_steps: ones that also carry a prompt chunk (eager);
+- num_padding_tokens: filler tokens fed to make steps uniform (computed, never accepted).
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ class SpecMetrics:
         self.by_method: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         self.num_disabled_requests = 0
         self.num_disabled_steps = 0
+        self.num_uniform_verify_steps = 0
+        self.num_ragged_verify_steps = 0
+        self.num_prefill_verify_steps = 0
+        self.num_padding_tokens = 0
 
     def record(self, method: str, num_drafted: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -50,6 +58,10 @@ class SpecMetrics:
             "mean_accepted_length": 1 + _ratio(self.num_accepted_tokens, self.num_drafts),
             "num_disabled_requests": self.num_disabled_requests,
             "num_disabled_steps": self.num_disabled_steps,
+            "num_uniform_verify_steps": self.num_uniform_verify_steps,
+            "num_ragged_verify_steps": self.num_ragged_verify_steps,
+            "num_prefill_verify_steps": self.num_prefill_verify_steps,
+            "num_padding_tokens": self.num_padding_tokens,
         }
         for position, drafted in enumerate(self.drafted_at):
             stats[f"acceptance_rate_pos_{position}"] = _ratio(self.accepted_at[position], drafted)

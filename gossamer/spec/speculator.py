@@ -20,6 +20,13 @@ When to speculate:
 - "auto": every configured proposer is a candidate; each request ranks them by an exponential
   average of the tokens they got accepted for it (untried ones rank first, in config order),
   and falls through to the next when one has nothing to propose.
+
+Padding (`pad_drafts`): once any decode of the next step has a draft, every decode gets drafts of
+one length (the smallest of `draft_len_ladder` that holds the longest draft), the missing ones
+filled with filler that `sample` never verifies. The step then has the uniform (batch, 1 + k) shape
+a captured CUDA graph replays instead of running eagerly. No padding while a prompt is still being
+computed (that step is eager anyway), above the batch sizes multi-token graphs exist for, or when
+the padded step would not fit the token budget.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gossamer.runner.model_runner import MAX_MULTI_TOKEN_GRAPH_SEQS, SeqInput, uniform_query_len
 from gossamer.runner.sampler import SamplingRow, TokenLogprobs
 from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOutput
 from gossamer.spec.config import SpecConfig
@@ -71,13 +79,41 @@ class Speculator:
         rows: Sequence[SamplingRow],
         shared_generator: torch.Generator,
     ) -> tuple[list[list[int]], list[list[TokenLogprobs | None]]]:
-        drafts, draft_probs = [], []
+        drafts, draft_probs, kept_rows = [], [], []
+        offset = 0
         for item in items:
-            num_drafts = item.num_draft_tokens
-            draft = item.token_ids[len(item.token_ids) - num_drafts :] if num_drafts else []
+            draft = self._real_draft(item)
             drafts.append(draft)
             draft_probs.append(self._draft_probs(item.request_id, draft))
+            kept_rows.extend(range(offset, offset + len(draft) + 1))
+            offset += item.num_draft_tokens + 1
+        if len(kept_rows) < offset:
+            # NOTE: filler rows were computed only to keep the step's shape uniform. Verifying the
+            # real drafts alone caps acceptance at their length; the scheduler rolls the filler's
+            # KV back with the rejected tokens'.
+            self.metrics.num_padding_tokens += offset - len(kept_rows)
+            logits = logits[torch.tensor(kept_rows, device=logits.device)]
         return verify(logits, rows, drafts, draft_probs, shared_generator)
+
+    def _real_draft(self, item: ScheduledRequest) -> list[int]:
+        """The proposed drafts the step fed, without padding filler (the scheduler may have cut
+        the tail of the drafts for budget or blocks, the filler first)."""
+        pending = self._pending.get(item.request_id)
+        if pending is None or not item.num_draft_tokens:
+            return []
+        count = min(len(pending[1].token_ids), item.num_draft_tokens)
+        start = len(item.token_ids) - item.num_draft_tokens
+        return item.token_ids[start : start + count]
+
+    def record_step_shape(self, seqs: Sequence[SeqInput]) -> None:
+        """Count a verification step as uniform (a CUDA graph can replay it), ragged (decodes
+        only, draft lengths differ) or mixed with a prompt chunk (never a graph)."""
+        if uniform_query_len(list(seqs)) is not None:
+            self.metrics.num_uniform_verify_steps += 1
+        elif any(seq.num_logits < len(seq.token_ids) for seq in seqs):
+            self.metrics.num_prefill_verify_steps += 1
+        else:
+            self.metrics.num_ragged_verify_steps += 1
 
     def _draft_probs(self, request_id: str, draft: list[int]) -> torch.Tensor | None:
         pending = self._pending.get(request_id)
@@ -119,7 +155,8 @@ class Speculator:
             tokens = sampled.get(item.request_id)
             if not item.num_draft_tokens or pending is None or not tokens:
                 continue
-            method, num_drafted, num_accepted = pending[0], item.num_draft_tokens, len(tokens) - 1
+            method, num_accepted = pending[0], len(tokens) - 1
+            num_drafted = min(len(pending[1].token_ids), item.num_draft_tokens)
             self.metrics.record(method, num_drafted, num_accepted)
             self.proposers[method].feedback(item.request_id, num_drafted, num_accepted)
             self._update_state(item.request_id, method, num_drafted, num_accepted)
@@ -161,6 +198,12 @@ class Speculator:
             for request in scheduler.running
             if (spec := self._candidate(scheduler, request, row_for))
         ]
+        self._hand_over(scheduler, self._collect(candidates))
+
+    def _collect(self, candidates: list[SpecRequest]) -> dict[str, tuple[str, Draft]]:
+        """request id -> (method, draft) for the candidates some proposer has a draft for, each
+        asking its proposers in its ranking's order."""
+        drafts: dict[str, tuple[str, Draft]] = {}
         methods = list(self.proposers)
         rankings = {spec.request_id: self._ranking(spec.request_id, methods) for spec in candidates}
         for round_index in range(len(methods)):
@@ -171,11 +214,12 @@ class Speculator:
             for method, group in groups.items():
                 for spec, draft in zip(group, self.proposers[method].propose(group), strict=True):
                     if draft is not None and draft.token_ids:
-                        self._hand_over(scheduler, spec, method, draft)
+                        drafts[spec.request_id] = (method, _truncated(draft, spec.max_draft_tokens))
                     else:
                         candidates.append(spec)
             if not candidates:
-                return
+                break
+        return drafts
 
     def _candidate(
         self,
@@ -214,16 +258,47 @@ class Speculator:
         # stable sort: equal scores keep the config order (cheap proposers first)
         return sorted(methods, key=lambda method: -scores.get(method, untried))
 
-    def _hand_over(
-        self, scheduler: Scheduler, spec: SpecRequest, method: str, draft: Draft
-    ) -> None:
-        if len(draft.token_ids) > spec.max_draft_tokens:
-            probs = draft.probs[: spec.max_draft_tokens] if draft.probs is not None else None
-            draft = Draft(draft.token_ids[: spec.max_draft_tokens], probs)
-        scheduler.set_draft_tokens(spec.request_id, list(draft.token_ids))
-        self._pending[spec.request_id] = (method, draft)
+    def _hand_over(self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]]) -> None:
+        """Give the scheduler the drafts, each padded with filler to one common length when that
+        gives the next step a CUDA graph's uniform shape (see `_padded_length`)."""
+        self._pending.update(drafts)
+        length = self._padded_length(scheduler, drafts)
+        if not length:
+            for request_id, (_, draft) in drafts.items():
+                scheduler.set_draft_tokens(request_id, list(draft.token_ids))
+            return
+        for request in scheduler.running:
+            entry = drafts.get(request.request_id)
+            tokens = list(entry[1].token_ids) if entry is not None else []
+            # any token id would do as filler: it is fed and scored but never verified
+            filler = tokens[-1] if tokens else request.all_token_ids[-1]
+            scheduler.set_draft_tokens(
+                request.request_id, tokens + [filler] * (length - len(tokens))
+            )
+
+    def _padded_length(self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]]) -> int:
+        """The draft length every decode of the next step is padded to, or 0 for no padding: when
+        nothing is drafted, when a prompt is still being computed (that step runs eagerly
+        anyway), when the batch is too large for multi-token graphs, or when the padded step
+        would not fit the token budget (the scheduler would cut it into a ragged one)."""
+        running = scheduler.running
+        if not self.config.pad_drafts or not drafts or len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
+            return 0
+        if any(request.num_computed_tokens != request.num_tokens - 1 for request in running):
+            return 0
+        longest = max(len(draft.token_ids) for _, draft in drafts.values())
+        length = next(k for k in self.config.draft_len_ladder if k >= longest)
+        fits = len(running) * (1 + length) <= scheduler.max_num_batched_tokens
+        return length if fits else 0
 
     # ---- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
         return self.metrics.as_dict()
+
+
+def _truncated(draft: Draft, count: int) -> Draft:
+    if len(draft.token_ids) <= count:
+        return draft
+    probs = draft.probs[:count] if draft.probs is not None else None
+    return Draft(draft.token_ids[:count], probs)

@@ -44,6 +44,19 @@ def repetitive_prompts(count: int, seed: int = 0) -> list[list[int]]:
     return prompts
 
 
+def prefix_sharing_requests() -> dict[str, tuple[list[int], SamplingParams]]:
+    """Two requests that share a long prefix and two others: with a small pool, prefix hits and
+    preemptions."""
+    shared = repetitive_prompts(1, seed=4)[0] * 3
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    return {
+        "a": (shared + [5, 6, 7], params),
+        "b": (shared + [9, 10], params),
+        "c": (repetitive_prompts(1, seed=5)[0], params),
+        "d": (repetitive_prompts(1, seed=6)[0], params),
+    }
+
+
 def make_engine(model, spec: SpecConfig | None, **options) -> EngineCore:
     config = {"block_size": 4, "num_blocks": 400, "speculative_config": spec} | options
     return EngineCore(model, None, EngineConfig(**config))

@@ -9,7 +9,12 @@ import pytest
 from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
-from tests.spec.conftest import make_engine, repetitive_prompts, run_engine
+from tests.spec.conftest import (
+    make_engine,
+    prefix_sharing_requests,
+    repetitive_prompts,
+    run_engine,
+)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
@@ -101,14 +106,7 @@ def test_large_batches_do_not_speculate(target):
 
 
 def test_prefix_hits_and_preemption_mid_speculation(target, target_path):
-    shared = repetitive_prompts(1, seed=4)[0] * 3
-    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
-    requests = {
-        "a": (shared + [5, 6, 7], params),
-        "b": (shared + [9, 10], params),
-        "c": (repetitive_prompts(1, seed=5)[0], params),
-        "d": (repetitive_prompts(1, seed=6)[0], params),
-    }
+    requests = prefix_sharing_requests()
     plain, _, _ = run_engine(make_engine(target, None), requests)
     for spec in (
         SpecConfig(method="ngram", num_speculative_tokens=4),
