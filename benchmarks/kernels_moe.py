@@ -109,13 +109,14 @@ def calls_per_graph(tokens: int) -> int:
 def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dict:
     fn = {
         "decode": lambda x, lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA),
+        "decode_fp16": lambda x, lg: moe.moe_mxfp4_decode_fp16(x, lg, experts, TOP_K, LIMIT, ALPHA),
         "grouped": lambda x, lg: moe.moe_mxfp4_grouped(x, lg, experts, TOP_K, LIMIT, ALPHA),
     }[path]
     inputs = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
     ok, err = check(fn, experts, *inputs[0])
     floors = [floor_bytes(logits) for _, logits in inputs]
     floor = statistics.mean(f for f, _ in floors)
-    if path == "decode":
+    if path.startswith("decode"):
         moved = statistics.mean(m for _, m in floors)
     else:
         moved = floor
@@ -216,7 +217,8 @@ def main() -> None:
     )
     print(f"{'path':8s} {'T':>5s} {'us':>9s} {'floor_us':>9s} {'%floor':>6s} {'TB/s':>6s} check")
     # Both paths at T=1, 4 and 8 show the crossover (DECODE_MAX_PAIRS = 32 means T <= 8 at top-4).
-    plan = [("decode", t) for t in (1, 4, 8)] + [("grouped", t) for t in (1, 4, 8, 64, 1024)]
+    plan = [(p, t) for p in ("decode", "decode_fp16") for t in (1, 4, 8)]
+    plan += [("grouped", t) for t in (1, 4, 8, 64, 1024)]
     for path, tokens in plan:
         row = bench_path(path, tokens, experts, bw)
         result["paths"].append(row)

@@ -1,11 +1,13 @@
 """Sweep the launch configs of the batch-1 MXFP4 MoE decode kernels on real gpt-oss-120b shapes.
 
+The packed-fp16 GEMV's configs are swept (gate_up first, then down with the best gate_up),
+beside the fp32 GEMV at its defaults.
+
     python benchmarks/moe_decode_sweep.py [--json out.json]
 
 Every point is the whole MoE op at T=1 (route + gate_up + down), 32 calls with different experts
-captured in one CUDA graph so neither launch overhead nor L2 hits flatter it. One kernel's config
-varies while the other keeps its default. The byte floor is the four experts' packed weights,
-scales and biases over a measured device-to-device copy.
+captured in one CUDA graph so neither launch overhead nor L2 hits flatter it. The byte floor is
+the four experts' packed weights, scales and biases over a measured device-to-device copy.
 """
 
 from __future__ import annotations
@@ -32,29 +34,56 @@ from timing import copy_bandwidth, graph_seconds_per_call  # noqa: E402
 
 from gossamer.kernels import moe_mxfp4 as moe  # noqa: E402
 
+# The packed-fp16 GEMV (moe_mxfp4_decode_fp16): BLOCK, GROUPS_PER_STEP, SPLIT_K, num_warps.
 GATE_UP = [
-    {"BLOCK_PAIRS": bp, "GROUPS_PER_STEP": gs, "num_warps": w}
-    for bp, gs, w in [
-        (32, 16, 4), (32, 8, 4), (16, 16, 4), (16, 8, 2), (8, 16, 2), (8, 8, 1),
-        (16, 32, 4), (8, 32, 4), (64, 8, 8), (32, 32, 8), (16, 16, 8), (4, 32, 2),
+    {"BLOCK_PAIRS": bp, "GROUPS_PER_STEP": gs, "SPLIT_K": sk, "num_warps": w}
+    for bp, gs, sk, w in [
+        (32, 8, 1, 4), (16, 8, 1, 2), (64, 8, 1, 4), (32, 4, 1, 4), (16, 16, 1, 4),
+        (32, 8, 2, 4), (16, 8, 2, 2), (64, 8, 3, 8), (32, 16, 2, 4), (8, 8, 1, 1),
+        (64, 4, 1, 4), (128, 4, 1, 8),
     ]
 ]  # fmt: skip
 DOWN = [
-    {"BLOCK_ROWS": br, "GROUPS_PER_STEP": gs, "num_warps": w}
-    for br, gs, w in [
-        (4, 16, 2), (8, 16, 2), (4, 8, 1), (2, 16, 1), (8, 8, 2), (16, 8, 4),
-        (4, 32, 4), (8, 32, 4), (16, 16, 4), (2, 32, 2),
+    {"BLOCK_ROWS": br, "GROUPS_PER_STEP": gs, "SPLIT_K": sk, "num_warps": w}
+    for br, gs, sk, w in [
+        (8, 8, 1, 4), (16, 4, 1, 4), (4, 8, 1, 2), (8, 4, 1, 2), (16, 8, 1, 4),
+        (8, 8, 2, 4), (16, 4, 2, 4), (32, 4, 1, 4), (4, 16, 1, 4), (32, 8, 2, 8),
     ]
 ]  # fmt: skip
+
+
+def time_fp32(experts, inputs) -> float:
+    """The fp32 GEMV (moe_mxfp4_decode) at its defaults: the baseline."""
+    calls = [
+        lambda x=x, lg=lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA)
+        for x, lg in inputs
+    ]
+    return graph_seconds_per_call(calls)
 
 
 def time_config(experts, inputs, gate_up: dict, down: dict) -> float:
     def call(x, logits):
-        return moe.moe_mxfp4_decode(
+        return moe.moe_mxfp4_decode_fp16(
             x, logits, experts, TOP_K, LIMIT, ALPHA, gate_up_config=gate_up, down_config=down
         )
 
     return graph_seconds_per_call([lambda x=x, lg=lg: call(x, lg) for x, lg in inputs])
+
+
+def sweep(experts, inputs, kind: str, configs: list[dict], gate_up: dict, down: dict) -> list:
+    rows = []
+    for cfg in configs:
+        gu = cfg if kind == "gate_up" else gate_up
+        dn = cfg if kind == "down" else down
+        try:
+            us = time_config(experts, inputs, gu, dn) * 1e6
+        except Exception as error:  # noqa: BLE001 - a config that fails to compile is a result
+            print(f"{kind:8s} {cfg} failed: {type(error).__name__}: {str(error)[:200]}")
+            torch.cuda.synchronize()
+            continue
+        rows.append({"kernel": kind, "config": cfg, "us": us})
+        print(f"{kind:8s} {str(list(cfg.values())):18s} {us:8.1f} us")
+    return rows
 
 
 def main() -> None:
@@ -66,27 +95,21 @@ def main() -> None:
     inputs = make_calls(1, 32, seed=1)
     floor_us = TOP_K * (GATE_UP_BYTES + DOWN_BYTES) / bandwidth * 1e6
     print(f"# copy {bandwidth / 1e12:.2f} TB/s; floor {floor_us:.1f} us per MoE layer at T=1")
-    rows = []
-    for kind, configs in (("gate_up", GATE_UP), ("down", DOWN)):
-        for cfg in configs:
-            gu = cfg if kind == "gate_up" else moe.DECODE_GATE_UP
-            dn = cfg if kind == "down" else moe.DECODE_DOWN
-            try:
-                us = time_config(experts, inputs, gu, dn) * 1e6
-            except Exception as error:  # noqa: BLE001 - a config that fails to compile is a result
-                print(f"{kind:8s} {cfg} failed: {type(error).__name__}")
-                torch.cuda.synchronize()
-                continue
-            rows.append({"kernel": kind, "config": cfg, "us": us, "floor_us": floor_us})
-            print(f"{kind:8s} {str(list(cfg.values())):16s} {us:8.1f} us  {floor_us / us:5.0%}")
-    moe.USE_INLINE_PTX = False
-    us = time_config(experts, inputs, moe.DECODE_GATE_UP, moe.DECODE_DOWN) * 1e6
-    print(f"defaults without inline PTX: {us:.1f} us")
-    rows.append({"kernel": "no_ptx", "config": {}, "us": us, "floor_us": floor_us})
-    for kind in ("gate_up", "down"):
-        best = min((r for r in rows if r["kernel"] == kind), key=lambda r: r["us"], default=None)
-        if best:
-            print(f"best {kind}: {best['config']} {best['us']:.1f} us")
+    baseline = time_fp32(experts, inputs) * 1e6
+    print(f"fp32 GEMV at its defaults: {baseline:.1f} us ({floor_us / baseline:.0%} of floor)")
+    rows = [{"kernel": "fp32_baseline", "config": {}, "us": baseline}]
+    gu_rows = sweep(experts, inputs, "gate_up", GATE_UP, GATE_UP[0], moe.DECODE_FP16_DOWN)
+    best_gu = min(gu_rows, key=lambda r: r["us"])["config"] if gu_rows else GATE_UP[0]
+    dn_rows = sweep(experts, inputs, "down", DOWN, best_gu, DOWN[0])
+    best_dn = min(dn_rows, key=lambda r: r["us"])["config"] if dn_rows else DOWN[0]
+    rows += gu_rows + dn_rows
+    best = time_config(experts, inputs, best_gu, best_dn) * 1e6
+    print(
+        f"best: gate_up {best_gu}, down {best_dn}: {best:.1f} us ({floor_us / best:.0%} of floor)"
+    )
+    rows.append({"kernel": "best", "config": {"gate_up": best_gu, "down": best_dn}, "us": best})
+    for row in rows:
+        row["floor_us"] = floor_us
     if args.json:
         Path(args.json).write_text(json.dumps({"triton": triton.__version__, "rows": rows}))
 

@@ -40,6 +40,9 @@ Without inline PTX (the interpreter, or USE_INLINE_PTX = False) both paths decod
 
 from __future__ import annotations
 
+import math
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -56,6 +59,10 @@ DECODE_MAX_PAIRS = 32
 # Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).
 DECODE_GATE_UP = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 16, "num_warps": 4}
 DECODE_DOWN = {"BLOCK_ROWS": 4, "GROUPS_PER_STEP": 16, "num_warps": 2}
+# The packed-fp16 GEMV (moe_mxfp4_decode_fp16) serves the decode path when this is on.
+DECODE_FP16 = False  # on once measured on the GPU (benchmarks/moe_decode_sweep.py)
+DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 8, "SPLIT_K": 1, "num_warps": 4}
+DECODE_FP16_DOWN = {"BLOCK_ROWS": 8, "GROUPS_PER_STEP": 8, "SPLIT_K": 1, "num_warps": 4}
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
 GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
 # Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
@@ -67,6 +74,11 @@ SWAP_AB_MAX_BLOCK_M = 32
 _MAG_PAIR = tl.constexpr(0x0E000E00)
 _SIGN_PAIR = tl.constexpr(0x80008000 - (1 << 32))
 _FP16_OFFSET_EXP = tl.constexpr(14)  # fp16-encoded e2m1 values are e2m1 * 2^-14
+
+
+# Triton decides interpreter or compiler as kernels are decorated, from this variable; kernels
+# that contain inline PTX read it to run plain-Triton twins of the PTX in the interpreter.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 def _is_interpreted(kernel: object) -> bool:
@@ -273,7 +285,9 @@ def _route_kernel(
     ids_ptr,  # [T * TOP_K] int32 out
     weights_ptr,  # [T * TOP_K] fp32 out
     x_ptr,  # [T, H] (read unless X_LAYOUT == 0)
-    x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order
+    x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
+    # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
+    x_unscale_ptr,  # X_LAYOUT 3: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
     E_P2: tl.constexpr,
@@ -313,6 +327,22 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
+    elif X_LAYOUT == 3:
+        amax = 0.0
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(values), axis=0))
+        # e = 14 - floor(log2(amax)), from amax's exponent bits; clamped for zero or tiny x
+        floor_log2 = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+        e = tl.minimum(tl.maximum(14 - floor_log2, -100), 100)
+        tl.store(x_unscale_ptr + token, ((127 - e) << 23).to(tl.float32, bitcast=True))
+        scale = ((127 + e) << 23).to(tl.float32, bitcast=True)
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
+            scaled = (values * scale).to(tl.float16)
+            tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
 
 
 def route(
@@ -322,35 +352,57 @@ def route(
 
     With x [T, H], x_out is a copy of x laid out for the next kernel: "planes" -> [T, 8, H/8] fp32
     nibble planes (GEMV path), "paired" -> [T, H] in x.dtype, paired K order (grouped path)."""
+    ids, weights, x_out, _ = _route(router_logits, top_k, x, x_layout)
+    return ids, weights, x_out
+
+
+def route_fp16(
+    router_logits: torch.Tensor, top_k: int, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`route` for the packed-fp16 GEMV -> (ids, weights, x_h [T, H] fp16 pair planes (see _group_dot),
+    scaled by 2^e_t per token, x_unscale [T] fp32 = 2^-e_t)."""
+    return _route(router_logits, top_k, x, "fp16")
+
+
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3}
+
+
+def _route(
+    router_logits: torch.Tensor, top_k: int, x: torch.Tensor | None, x_layout: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     num_tokens, num_experts = router_logits.shape
     device = router_logits.device
     ids = torch.empty(num_tokens * top_k, dtype=torch.int32, device=device)
     weights = torch.empty(num_tokens * top_k, dtype=torch.float32, device=device)
     hidden = x.shape[1] if x is not None else 8
-    x_out = None
+    x_out = x_unscale = None
     if x is not None and x_layout == "planes":
         x_out = torch.empty(num_tokens, 8, hidden // 8, dtype=torch.float32, device=device)
+    elif x is not None and x_layout == "fp16":
+        x_out = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
+        x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
     elif x is not None:
         x_out = torch.empty_like(x)
     if num_tokens == 0:
-        return ids, weights, x_out
+        return ids, weights, x_out, x_unscale
     _route_kernel[(num_tokens,)](
         router_logits,
         ids,
         weights,
         x if x is not None else weights,
         x_out if x_out is not None else weights,
+        x_unscale if x_unscale is not None else weights,
         router_logits.stride(0),
         E=num_experts,
         E_P2=triton.next_power_of_2(num_experts),
         TOP_K=top_k,
         K_P2=triton.next_power_of_2(top_k),
         H=hidden,
-        X_LAYOUT=0 if x is None else (1 if x_layout == "planes" else 2),
+        X_LAYOUT=0 if x is None else _X_LAYOUTS[x_layout],
         BLOCK_H=min(1024, triton.next_power_of_2(hidden)),
         num_warps=4,
     )
-    return ids, weights, x_out
+    return ids, weights, x_out, x_unscale
 
 
 def route_reference(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -590,6 +642,487 @@ def moe_mxfp4_decode(
         **dn,
     )
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Decode path, packed-fp16 variant: fewer instructions per weight
+# ----------------------------------------------------------------------------------------------
+# The fp32 GEMV above spends about six instructions per weight (SASS for sm_90: unpack, fp16 ->
+# fp32 conversion, FFMA, x loads), so it is bound by instruction issue, not by HBM. This variant
+# keeps each unpacked 2-lane word as it is and multiplies it with a packed fp16 pair of x in one
+# HFMA2 (two products per instruction, no conversion), accumulating in fp16 only within one
+# 32-element scale group; the group sums are converted to fp32 and scaled there.
+#
+# Range: weight lanes are e2m1 * 2^-14, so x is stored as fp16 pairs scaled per token by 2^e with
+# max|x| * 2^e in [2^14, 2^15): a lane's sum of 16 products stays below 16 * 6 * 2 = 192 and
+# products of inputs within 2^15 of the token's max stay normal. The activation of the down GEMV
+# is bounded by the clamped SwiGLU (|act| <= limit * (limit + 1)), so it gets a fixed scale.
+# Error: fp16 rounding within a group adds about 5e-4 relative error (rms, random weights) to the
+# result, a third of the bf16 rounding of the output itself.
+
+
+@triton.jit
+def _fp16_lane(words, HIGH: tl.constexpr):
+    """One fp16 lane of int32 words, as fp32 (exact)."""
+    if HIGH:
+        words = words >> 16
+    return words.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _fp16_pair(low, high):
+    """Two fp32 tensors -> int32 words holding (round-to-fp16(low), round-to-fp16(high))."""
+    lo = low.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    hi = high.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32)
+    return lo | (hi << 16)
+
+
+@triton.jit
+def _hfma2(a, b, c):
+    """a * b + c on words of two fp16 lanes: one HFMA2 on the GPU; in the interpreter, which
+    cannot run PTX, fp32 math rounded to fp16 per lane."""
+    if _INTERPRETED:
+        low = _fp16_lane(a, False) * _fp16_lane(b, False) + _fp16_lane(c, False)
+        high = _fp16_lane(a, True) * _fp16_lane(b, True) + _fp16_lane(c, True)
+        return _fp16_pair(low, high)
+    else:
+        return tl.inline_asm_elementwise(
+            asm="fma.rn.f16x2 $0, $1, $2, $3;",
+            constraints="=r,r,r,r",
+            args=[a, b, c],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+
+
+@triton.jit
+def _hadd2(a, b):
+    """a + b on words of two fp16 lanes (a reduction's combine function)."""
+    if _INTERPRETED:
+        low = _fp16_lane(a, False) + _fp16_lane(b, False)
+        high = _fp16_lane(a, True) + _fp16_lane(b, True)
+        return _fp16_pair(low, high)
+    else:
+        return tl.inline_asm_elementwise(
+            asm="add.rn.f16x2 $0, $1, $2;",
+            constraints="=r,r,r",
+            args=[a, b],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+
+
+@triton.jit
+def _pair_lanes(words, PAIR: tl.constexpr):
+    """The fp16 lanes (e2m1 * 2^-14) of codes PAIR and PAIR + 4 of each int32 word."""
+    if PAIR == 0:
+        return ((words << 9) & _MAG_PAIR) | ((words << 12) & _SIGN_PAIR)
+    elif PAIR == 1:
+        return ((words << 5) & _MAG_PAIR) | ((words << 8) & _SIGN_PAIR)
+    elif PAIR == 2:
+        return ((words << 1) & _MAG_PAIR) | ((words << 4) & _SIGN_PAIR)
+    else:
+        return ((words >> 3) & _MAG_PAIR) | (words & _SIGN_PAIR)
+
+
+@triton.jit
+def _split4(t):
+    """[..., 4] -> its four slices along the last axis (register moves when one thread holds
+    all four, as after a 16-byte load)."""
+    a, b = tl.split(tl.reshape(t, t.shape[:-1] + [2, 2]))
+    a0, a1 = tl.split(a)
+    b0, b1 = tl.split(b)
+    return a0, b0, a1, b1
+
+
+@triton.jit
+def _group_dot(words, x_ptrs, x_mask, PLANE: tl.constexpr):
+    """Dot products over whole scale groups -> fp32 [...].
+
+    words [..., GB, 4] int32: the 4 words (32 codes) of each of GB scale groups; x_ptrs
+    [..., GB * 4]: the matching words of x's pair plane 0 (planes 1..3 follow at PLANE words). Plane p
+    holds, per word q, x[8q + p] and x[8q + p + 4] as fp16 lanes, matching `_pair_lanes`.
+    All 16 products of a group go into one packed-fp16 accumulator (16 HFMA2 on the GPU)."""
+    w0, w1, w2, w3 = _split4(words)
+    acc = tl.zeros_like(w0)
+    for pair in tl.static_range(4):
+        x_words = tl.load(x_ptrs + pair * PLANE, mask=x_mask, other=0)
+        x_words = tl.reshape(x_words, x_words.shape[:-1] + [x_words.shape[-1] // 4, 4])
+        x0, x1, x2, x3 = _split4(x_words)
+        acc = _hfma2(_pair_lanes(w0, pair), x0, acc)
+        acc = _hfma2(_pair_lanes(w1, pair), x1, acc)
+        acc = _hfma2(_pair_lanes(w2, pair), x2, acc)
+        acc = _hfma2(_pair_lanes(w3, pair), x3, acc)
+    return _fp16_lane(acc, False) + _fp16_lane(acc, True)
+
+
+@triton.jit
+def _pair_plane_index(k, N: tl.constexpr):
+    """fp16 position of element k of an N-vector stored as pair planes ([4, N/8] words)."""
+    return (k % 4) * (N // 4) + (k // 8) * 2 + (k % 8) // 4
+
+
+@triton.jit(do_not_specialize=["scale_step"])
+def _fp16_gate_up_kernel(
+    x_ptr,  # [T, H/2] int32: x * 2^e_t as fp16 pair planes [T, 4, H/8]
+    x_unscale_ptr,  # [T] fp32: 2^-e_t
+    ids_ptr,  # [P] int32
+    words_ptr,  # [E, 2I, H/32, 4] int32
+    scales_ptr,  # [E, 2I, H/32] uint8
+    bias_ptr,  # [E, 2I]
+    act_ptr,  # [P, INTER] fp16 out: act * 2^ACT_EXP as pair planes
+    part_ptr,  # [SPLIT_K, P, 2, INTER] fp32 partial sums (SPLIT_K > 1)
+    limit,
+    alpha,
+    # 1, passed at run time and not specialized: scale loads that look non-contiguous get the
+    # layout of the group sums they multiply, which saves a shared-memory round trip per step
+    scale_step,
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    TOP_K: tl.constexpr,
+    ACT_EXP: tl.constexpr,
+    BLOCK_PAIRS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    G: tl.constexpr = H // 32
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    g_lo = pid_k * G // SPLIT_K
+    g_hi = (pid_k + 1) * G // SPLIT_K
+    token = pair // TOP_K
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+
+    j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
+    j_ok = j < INTER
+    # Words of a step run along one axis (GROUPS_PER_STEP * 4 of them per row), so that a warp's
+    # 16-byte loads cover whole runs of a row; they are regrouped per scale group in registers.
+    kw = tl.arange(0, GROUPS_PER_STEP * 4)
+    gate_rows = 2 * j
+    gate_w_ptrs = (
+        words_ptr
+        + expert * (2 * INTER * G * 4)
+        + gate_rows[:, None] * (G * 4)
+        + (g_lo * 4 + kw)[None, :]
+    )  # [BP, GB * 4]
+    step = tl.arange(0, GROUPS_PER_STEP)
+    gate_s_ptrs = (
+        scales_ptr
+        + expert * (2 * INTER * G)
+        + gate_rows[:, None] * G
+        + (g_lo + step)[None, :] * scale_step
+    )  # [BP, GB]
+    x_ptrs = x_ptr + token * (H // 2) + (g_lo * 4 + kw)[None, :]  # [1, GB * 4], pair plane 0
+    tile: tl.constexpr = (BLOCK_PAIRS, GROUPS_PER_STEP, 4)
+
+    acc_gate = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
+    acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
+    w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
+    next_gate = tl.load(gate_w_ptrs, mask=w_mask)
+    next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
+    for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
+        gate_words = tl.reshape(next_gate, tile)
+        up_words = tl.reshape(next_up, tile)
+        d = (g0 - g_lo + GROUPS_PER_STEP) * 4
+        w_mask = j_ok[:, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, :]
+        next_gate = tl.load(gate_w_ptrs + d, mask=w_mask)
+        next_up = tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask)
+
+        s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
+        s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
+        gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
+        up_scale = _e8m0_scale(tl.load(s_ptrs + G, mask=s_mask))
+        xp = x_ptrs + (g0 - g_lo) * 4
+        x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
+        acc_gate += _group_dot(gate_words, xp, x_mask, H // 8) * gate_scale
+        acc_up += _group_dot(up_words, xp, x_mask, H // 8) * up_scale
+
+    x_unscale = tl.load(x_unscale_ptr + token)
+    gate = tl.sum(acc_gate, axis=1) * x_unscale
+    up = tl.sum(acc_up, axis=1) * x_unscale
+    if SPLIT_K == 1:
+        bias_row = bias_ptr + expert * (2 * INTER) + gate_rows
+        gate += tl.load(bias_row, mask=j_ok, other=0.0).to(tl.float32)
+        up += tl.load(bias_row + 1, mask=j_ok, other=0.0).to(tl.float32)
+        _store_act(act_ptr, pair, j, j_ok, _swiglu(gate, up, limit, alpha), INTER, ACT_EXP)
+    else:  # bias and SwiGLU wait for the sum over the K chunks (_fp16_swiglu_kernel)
+        part = part_ptr + ((pid_k * tl.num_programs(1) + pair) * 2) * INTER + j
+        tl.store(part, gate, mask=j_ok)
+        tl.store(part + INTER, up, mask=j_ok)
+
+
+@triton.jit
+def _store_act(act_ptr, pair, j, j_ok, act, INTER: tl.constexpr, ACT_EXP: tl.constexpr):
+    """Store act * 2^ACT_EXP as fp16 at element j of the pair's row, as pair planes."""
+    scaled = (act * (2.0**ACT_EXP)).to(tl.float16)
+    tl.store(act_ptr + pair * INTER + _pair_plane_index(j, INTER), scaled, mask=j_ok)
+
+
+@triton.jit
+def _fp16_swiglu_kernel(
+    part_ptr,  # [SPLIT_K, P, 2, INTER] fp32
+    ids_ptr,  # [P] int32
+    bias_ptr,  # [E, 2I]
+    act_ptr,  # [P, INTER] fp16 out
+    limit,
+    alpha,
+    INTER: tl.constexpr,
+    ACT_EXP: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Split-K gate_up epilogue: sum the chunks, add the bias, clamped SwiGLU, fp16 store."""
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1)
+    num_pairs = tl.num_programs(1)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    j = pid_n * BLOCK + tl.arange(0, BLOCK)
+    j_ok = j < INTER
+    bias_row = bias_ptr + expert * (2 * INTER) + 2 * j
+    gate = tl.load(bias_row, mask=j_ok, other=0.0).to(tl.float32)
+    up = tl.load(bias_row + 1, mask=j_ok, other=0.0).to(tl.float32)
+    for k in tl.static_range(SPLIT_K):
+        part = part_ptr + ((k * num_pairs + pair) * 2) * INTER + j
+        gate += tl.load(part, mask=j_ok, other=0.0)
+        up += tl.load(part + INTER, mask=j_ok, other=0.0)
+    _store_act(act_ptr, pair, j, j_ok, _swiglu(gate, up, limit, alpha), INTER, ACT_EXP)
+
+
+@triton.jit(do_not_specialize=["scale_step"])
+def _fp16_down_kernel(
+    act_ptr,  # [P, INTER/2] int32 (fp16 pairs, act * 2^ACT_EXP)
+    ids_ptr,  # [P] int32
+    route_w_ptr,  # [P] fp32
+    words_ptr,  # [E, H, INTER/32, 4] int32
+    scales_ptr,  # [E, H, INTER/32] uint8
+    bias_ptr,  # [E, H]
+    out_ptr,  # [T, H] out; with SPLIT_K > 1: [SPLIT_K, T, H] fp32 partials
+    scale_step,  # 1: see _fp16_gate_up_kernel
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    TOP_K: tl.constexpr,
+    K_P2: tl.constexpr,
+    ACT_EXP: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    G: tl.constexpr = INTER // 32
+    pid_n = tl.program_id(0)
+    token = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    g_lo = pid_k * G // SPLIT_K
+    g_hi = (pid_k + 1) * G // SPLIT_K
+    slot = tl.arange(0, K_P2)
+    slot_ok = slot < TOP_K
+    pair = token * TOP_K + slot
+    expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0).to(tl.int64)
+    route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0)
+
+    row = pid_n * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < H
+    kw = tl.arange(0, GROUPS_PER_STEP * 4)  # words of a step along one axis, as in gate_up
+    w_ptrs = (
+        words_ptr
+        + expert[None, :, None] * (H * G * 4)
+        + row[:, None, None] * (G * 4)
+        + (g_lo * 4 + kw)[None, None, :]
+    )  # [BN, K, GB * 4]
+    step = tl.arange(0, GROUPS_PER_STEP)
+    s_ptrs = (
+        scales_ptr
+        + expert[None, :, None] * (H * G)
+        + row[:, None, None] * G
+        + (g_lo + step)[None, None, :] * scale_step
+    )  # [BN, K, GB]
+    x_ptrs = act_ptr + pair[None, :, None] * (INTER // 2) + (g_lo * 4 + kw)[None, None, :]
+    row_slot_ok = row_ok[:, None] & slot_ok[None, :]
+    tile: tl.constexpr = (BLOCK_ROWS, K_P2, GROUPS_PER_STEP, 4)
+
+    acc = tl.zeros([BLOCK_ROWS, K_P2, GROUPS_PER_STEP], tl.float32)
+    w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
+    next_words = tl.load(w_ptrs, mask=w_mask)
+    for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
+        words = tl.reshape(next_words, tile)
+        d = (g0 - g_lo + GROUPS_PER_STEP) * 4
+        w_mask = (
+            row_slot_ok[:, :, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, None, :]
+        )
+        next_words = tl.load(w_ptrs + d, mask=w_mask)
+
+        s_mask = row_slot_ok[:, :, None] & (g0 + step < g_hi)[None, None, :]
+        scale = _e8m0_scale(tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask))
+        x_mask = slot_ok[None, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
+        acc += _group_dot(words, x_ptrs + (g0 - g_lo) * 4, x_mask, INTER // 8) * scale
+
+    bias = tl.load(bias_ptr + expert[None, :] * H + row[:, None], mask=row_slot_ok, other=0.0)
+    per_slot = tl.sum(acc, axis=2) * (2.0**-ACT_EXP)
+    if SPLIT_K == 1:
+        out = tl.sum((per_slot + bias.to(tl.float32)) * route_w[None, :], axis=1)
+        tl.store(out_ptr + token * H + row, out.to(out_ptr.dtype.element_ty), mask=row_ok)
+    else:  # chunk 0 adds the biases; _split_sum_kernel adds the chunks up
+        per_slot += tl.where(pid_k == 0, bias.to(tl.float32), 0.0)
+        out = tl.sum(per_slot * route_w[None, :], axis=1)
+        tl.store(out_ptr + (pid_k * tl.num_programs(1) + token) * H + row, out, mask=row_ok)
+
+
+@triton.jit
+def _split_sum_kernel(
+    part_ptr,  # [SPLIT_K, N] fp32
+    out_ptr,  # [N] out
+    N,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < N
+    total = tl.zeros([BLOCK], tl.float32)
+    for k in tl.static_range(SPLIT_K):
+        total += tl.load(part_ptr + k * N + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + offs, total.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def act_exponent(swiglu_limit: float) -> int:
+    """The fixed power of two that scales SwiGLU outputs into fp16: |act| <= limit * (limit + 1)
+    (the gate clamped above, the up clamped to +-limit), scaled to at most 60,000 (< 65,504)."""
+    return math.floor(math.log2(60000.0 / (swiglu_limit * (swiglu_limit + 1.0))))
+
+
+def moe_mxfp4_decode_fp16(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    gate_up_config: dict[str, int] | None = None,
+    down_config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """The GEMV path with packed-fp16 products (see the section comment). The configs override
+    DECODE_FP16_GATE_UP / DECODE_FP16_DOWN; SPLIT_K in them splits the K loop across programs."""
+    num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
+    if not experts.is_mxfp4:
+        raise MoEShapeError("the GEMV path needs MXFP4 experts; use moe_mxfp4_grouped for dense")
+    if not 0.0 < swiglu_limit < 1e4:
+        raise MoEShapeError(f"the fp16 GEMV needs a finite SwiGLU limit, got {swiglu_limit}")
+    gu = dict(gate_up_config or DECODE_FP16_GATE_UP)
+    dn = dict(down_config or DECODE_FP16_DOWN)
+    for name, config in (("gate_up", gu), ("down", dn)):
+        if not isinstance(config.get("SPLIT_K"), int) or config["SPLIT_K"] < 1:
+            raise MoEShapeError(f"{name} config needs SPLIT_K >= 1, got {config.get('SPLIT_K')!r}")
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    if num_tokens == 0:
+        return out
+    ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x)
+    act_exp = act_exponent(swiglu_limit)
+    act = _fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, swiglu_limit, swiglu_alpha,
+                        act_exp, gu)  # fmt: skip
+    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, dn)
+    return out
+
+
+# Epilogue kernels (split-K sums) take this many elements per program.
+_SPLIT_EPILOGUE_BLOCK = 1024
+
+
+def _fp16_gate_up(
+    x_h: torch.Tensor,
+    x_unscale: torch.Tensor,
+    ids: torch.Tensor,
+    experts: ExpertWeights,
+    inter: int,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    act_exp: int,
+    config: dict[str, int],
+) -> torch.Tensor:
+    """gate_up GEMV (+ the split-K epilogue) -> act [P, I] fp16, pair planes, * 2^act_exp."""
+    num_pairs = ids.shape[0]
+    split_k = config["SPLIT_K"]
+    act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
+    part = None
+    if split_k > 1:
+        part = torch.empty(split_k, num_pairs, 2, inter, dtype=torch.float32, device=x_h.device)
+    _fp16_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), num_pairs, split_k)](
+        x_h.view(torch.int32),
+        x_unscale,
+        ids,
+        experts.gate_up_blocks.view(torch.int32),
+        experts.gate_up_scales,
+        experts.gate_up_bias.contiguous(),
+        act,
+        part,
+        float(swiglu_limit),
+        float(swiglu_alpha),
+        1,
+        H=x_h.shape[1],
+        INTER=inter,
+        TOP_K=top_k,
+        ACT_EXP=act_exp,
+        **config,
+    )
+    if split_k > 1:
+        block = min(_SPLIT_EPILOGUE_BLOCK, triton.next_power_of_2(inter))
+        _fp16_swiglu_kernel[(triton.cdiv(inter, block), num_pairs)](
+            part,
+            ids,
+            experts.gate_up_bias.contiguous(),
+            act,
+            float(swiglu_limit),
+            float(swiglu_alpha),
+            INTER=inter,
+            ACT_EXP=act_exp,
+            SPLIT_K=split_k,
+            BLOCK=block,
+            num_warps=4,
+        )
+    return act
+
+
+def _fp16_down(
+    act: torch.Tensor,
+    ids: torch.Tensor,
+    route_w: torch.Tensor,
+    experts: ExpertWeights,
+    out: torch.Tensor,
+    inter: int,
+    top_k: int,
+    act_exp: int,
+    config: dict[str, int],
+) -> None:
+    """down GEMV (+ the split-K sum): out[t] = sum over slots of weight * (W act + bias)."""
+    num_tokens, hidden = out.shape
+    split_k = config["SPLIT_K"]
+    target = out
+    if split_k > 1:
+        target = torch.empty(split_k, num_tokens, hidden, dtype=torch.float32, device=out.device)
+    _fp16_down_kernel[(triton.cdiv(hidden, config["BLOCK_ROWS"]), num_tokens, split_k)](
+        act.view(torch.int32),
+        ids,
+        route_w,
+        experts.down_blocks.view(torch.int32),
+        experts.down_scales,
+        experts.down_bias.contiguous(),
+        target,
+        1,
+        H=hidden,
+        INTER=inter,
+        TOP_K=top_k,
+        K_P2=triton.next_power_of_2(top_k),
+        ACT_EXP=act_exp,
+        **config,
+    )
+    if split_k > 1:
+        size = num_tokens * hidden
+        block = min(_SPLIT_EPILOGUE_BLOCK, triton.next_power_of_2(size))
+        _split_sum_kernel[(triton.cdiv(size, block),)](
+            target, out, size, SPLIT_K=split_k, BLOCK=block, num_warps=4
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1027,7 +1560,8 @@ def moe_mxfp4(
     Picks the GEMV path for MXFP4 experts when T * top_k <= DECODE_MAX_PAIRS (a static choice on
     shapes, so each CUDA graph captures one path), else the grouped path (also for dense experts)."""
     if experts.is_mxfp4 and x.shape[0] * top_k <= DECODE_MAX_PAIRS:
-        return moe_mxfp4_decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+        decode = moe_mxfp4_decode_fp16 if DECODE_FP16 else moe_mxfp4_decode
+        return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     return moe_mxfp4_grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
 
 

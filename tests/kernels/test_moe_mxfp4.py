@@ -128,6 +128,66 @@ def test_decode_path_matches_reference(moe, tokens):
     assert _relative_error(out, _reference(x, logits, experts, 4)) < 1e-5
 
 
+# The packed-fp16 GEMV rounds products and in-group sums to fp16: about 5e-4 relative (rms) on
+# random data; the bound below is the max element error over the output, against fp32.
+FP16_TOLERANCE = 4e-3
+TINY_FP16 = {
+    "gate_up_config": {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 2, "SPLIT_K": 1, "num_warps": 4},
+    "down_config": {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 2, "SPLIT_K": 1, "num_warps": 4},
+}
+
+
+def _with_split(config: dict, gate_up: int, down: int) -> dict:
+    return {
+        "gate_up_config": config["gate_up_config"] | {"SPLIT_K": gate_up},
+        "down_config": config["down_config"] | {"SPLIT_K": down},
+    }
+
+
+@pytest.mark.parametrize("tokens,split", [(1, (1, 1)), (3, (1, 1)), (1, (2, 1)), (3, (3, 2))])
+def test_fp16_decode_path_matches_reference(moe, tokens, split):
+    """Hidden 160 (5 groups) and intermediate 96 (3 groups): partial steps, uneven split-K chunks
+    (5 = 1 + 2 + 2, 3 = 1 + 2) and blocks past the end of the rows."""
+    experts = _experts(8, 160, 96, seed=50)
+    x, logits = _inputs(tokens, 160, 8, seed=51 + tokens)
+    config = _with_split(TINY_FP16, *split)
+    out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+
+
+def test_fp16_route_scales_x_into_range(moe):
+    """x_h = x * 2^e per token with max |x_h| in [2^14, 2^15), as pair planes (plane p, word q:
+    x[8q + p], x[8q + p + 4]); zero rows stay finite."""
+    x, logits = _inputs(3, 32, 4, seed=60)
+    x[1] *= 1e-3
+    x[2] = 0.0
+    _, _, x_h, x_unscale = moe.route_fp16(logits, 2, x)
+    rows = x_h.float() * x_unscale[:, None]
+    planes = x.view(3, 4, 2, 4).permute(0, 3, 1, 2).reshape(3, 32)  # [t, p, q, h]
+    torch.testing.assert_close(rows, planes, rtol=1e-3, atol=0)
+    peaks = x_h[:2].float().abs().amax(dim=1)
+    assert ((peaks >= 2**14) & (peaks < 2**15)).all()
+    assert torch.isfinite(x_unscale).all() and (x_h[2] == 0).all()
+
+
+def test_fp16_act_exponent_fits_the_clamped_swiglu(moe):
+    bound = LIMIT * (LIMIT + 1)
+    exp = moe.act_exponent(LIMIT)
+    assert bound * 2**exp <= 65504 < bound * 2 ** (exp + 2)
+
+
+def test_fp16_decode_rejects_bad_configs(moe):
+    experts = _experts(4, 64, 64, seed=61)
+    x, logits = _inputs(1, 64, 4, seed=62)
+    with pytest.raises(moe.MoEShapeError, match="SPLIT_K"):
+        moe.moe_mxfp4_decode_fp16(
+            x, logits, experts, 2, LIMIT, ALPHA, **_with_split(TINY_FP16, 0, 1)
+        )
+    with pytest.raises(moe.MoEShapeError, match="finite"):
+        moe.moe_mxfp4_decode_fp16(x, logits, experts, 2, float("inf"), ALPHA)
+
+
 @pytest.mark.parametrize("tokens,block_m", [(1, 16), (3, 16), (17, 16), (17, 64)])
 def test_grouped_path_matches_reference(moe, tokens, block_m):
     """block_m 16 keeps the accumulator transposed (SWAP_AB), 64 does not."""
@@ -148,7 +208,9 @@ def test_default_configs_match_reference(moe):
     for tokens in (1, decode_tokens + 1):
         x, logits = _inputs(tokens, 64, 4, seed=20 + tokens)
         out = moe.moe_mxfp4(x, logits, experts, top_k, LIMIT, ALPHA)
-        assert _relative_error(out, _reference(x, logits, experts, top_k)) < 1e-5
+        fp16_decode = moe.DECODE_FP16 and tokens <= decode_tokens
+        tolerance = FP16_TOLERANCE if fp16_decode else 1e-5
+        assert _relative_error(out, _reference(x, logits, experts, top_k)) < tolerance
 
 
 @pytest.mark.parametrize("block_m", [16, 64])
@@ -345,6 +407,12 @@ def test_gpu_120b_both_paths(experts_120b, tokens):
     args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
     _assert_close_120b(moe_mxfp4.moe_mxfp4_decode(*args), ref)
     _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped(*args), ref)
+    _assert_close_120b(moe_mxfp4.moe_mxfp4_decode_fp16(*args), ref)
+    split = {
+        "gate_up_config": moe_mxfp4.DECODE_FP16_GATE_UP | {"SPLIT_K": 3},
+        "down_config": moe_mxfp4.DECODE_FP16_DOWN | {"SPLIT_K": 2},
+    }
+    _assert_close_120b(moe_mxfp4.moe_mxfp4_decode_fp16(*args, **split), ref)
 
 
 @pytest.mark.gpu
