@@ -5,9 +5,11 @@
         --draft /ckpt/gpt-oss-20b --eagle3 /ckpt/gpt-oss-120b-eagle3 --json spec_e2e.json
 
     # 2. the cost of one verification step (k drafts + 1 token per request) for k = 0..7,
-    #    gpt-oss-120b with dummy weights, through ModelRunner with num_logits = k + 1
+    #    gpt-oss-120b with dummy weights, through ModelRunner with num_logits = k + 1; --cost-table
+    #    also writes the step-cost table the cost-aware "auto" reads:
+    #    --speculative-config '{"method": "auto", "cost_table": "spec_costs.json"}'
     python benchmarks/spec_decode.py verify-cost --model gpt-oss-120b --load-format dummy \\
-        --batch-sizes 1,8 --context 1024 --json spec_verify.json
+        --batch-sizes 1,8 --context 1024 --json spec_verify.json --cost-table spec_costs.json
 
 e2e: each method runs the same greedy workload (chat prompts rendered with Harmony when the checkpoint
 has a tokenizer.json: a code rewrite, a quote-heavy summary and an open story; repetitive token
@@ -310,6 +312,17 @@ def bench_verify_cost(args: argparse.Namespace) -> list[VerifyRow]:
     return rows
 
 
+def cost_table(rows: list[VerifyRow]) -> dict[str, dict[str, float]]:
+    """{batch: {k: ms per step}} for SpecConfig.cost_table: graph replay where it was captured
+    (what a uniform verification step costs in the engine), else eager."""
+    table: dict[str, dict[str, float]] = {}
+    for mode in ("eager", "graph"):  # graph rows overwrite eager ones
+        for row in rows:
+            if row.mode == mode:
+                table.setdefault(str(row.batch), {})[str(row.k)] = round(row.ms_per_step, 4)
+    return table
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -349,6 +362,7 @@ def main() -> None:
     cost.add_argument("--ks", default="0,1,2,3,4,5,6,7")
     cost.add_argument("--context", type=int, default=1024)
     cost.add_argument("--steps", type=int, default=20)
+    cost.add_argument("--cost-table", default=None, help="write the step-cost table (JSON) here")
     args = parser.parse_args()
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     args.ks = [int(k) for k in args.ks.split(",")]
@@ -357,7 +371,10 @@ def main() -> None:
         rows = [asdict(row) for row in bench_e2e(args)]
     else:
         print("batch    ctx   k mode   ms/step  vs k=0 floor_ms  max tok/s")
-        rows = [asdict(row) for row in bench_verify_cost(args)]
+        verify_rows = bench_verify_cost(args)
+        rows = [asdict(row) for row in verify_rows]
+        if args.cost_table:
+            _write_cost_table(args, verify_rows)
     if args.json:
         result = {
             "date": time.strftime("%Y-%m-%d"),
@@ -368,6 +385,17 @@ def main() -> None:
             "rows": rows,
         }
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+
+
+def _write_cost_table(args: argparse.Namespace, rows: list[VerifyRow]) -> None:
+    result = {
+        "model": args.model,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "date": time.strftime("%Y-%m-%d"),
+        "context": args.context,
+        "cost_table": cost_table(rows),
+    }
+    Path(args.cost_table).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -53,9 +53,18 @@ class SpecConfig:
     # Pad every decode's draft with never-accepted filler to one length of `draft_len_ladder`,
     # so that verification steps have a CUDA graph's uniform shape (docs/speculative.md).
     pad_drafts: bool = True
+    # Choose each step's k (0: no speculation) for the most expected tokens per unit of step cost
+    # (gossamer/spec/cost.py). None: on for "auto", off for a single method.
+    cost_aware: bool | None = None
+    # The step cost model: {batch: [cost at k = 0, 1, 2, ...]} or {batch: {k: cost}} (any unit, as
+    # ms; each row is taken relative to its k = 0), or the path of a .json file holding that
+    # (optionally under "cost_table": what `benchmarks/spec_decode.py verify-cost --cost-table`
+    # writes). None: the built-in H200 gpt-oss-120b table.
+    cost_table: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", tuple(self.methods))
+        object.__setattr__(self, "cost_table", _cost_table(self.cost_table))
         for name, ok, message in self._checks():
             if not ok:
                 raise SpecConfigError(f"speculative config: {name} {message}")
@@ -106,6 +115,11 @@ class SpecConfig:
         ]
 
     @property
+    def chooses_k(self) -> bool:
+        """Whether the speculator picks each step's k by the cost model."""
+        return self.method == "auto" if self.cost_aware is None else self.cost_aware
+
+    @property
     def draft_len_ladder(self) -> tuple[int, ...]:
         """The draft lengths k that verification graphs are captured for (query length 1 + k) and
         that padded drafts are rounded up to: powers of two below num_speculative_tokens, and
@@ -134,6 +148,59 @@ def model_method(path: str) -> str:
     raw = json.loads(config_path.read_text())
     architectures = " ".join(raw.get("architectures") or ())
     return "eagle3" if "eagle3" in architectures.lower() else "draft"
+
+
+CostTable = tuple[tuple[int, tuple[tuple[int, float], ...]], ...]
+
+
+def _cost_table(value: Any) -> CostTable | None:
+    """A cost table from JSON-like input, as sorted (batch, ((k, cost), ...)) rows; raises
+    SpecConfigError with what is wrong."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = _read_cost_file(value)
+    if isinstance(value, dict) and "cost_table" in value:  # a benchmark's file, with metadata
+        value = value["cost_table"]
+    rows = value.items() if isinstance(value, dict) else value
+    try:
+        table = tuple(sorted((int(batch), _cost_points(points)) for batch, points in rows))
+    except (TypeError, ValueError) as error:
+        raise SpecConfigError(
+            "speculative config: cost_table must map batch sizes to [cost at k = 0, 1, ...] or "
+            f'{{k: cost}}, e.g. {{"1": [4.29, 5.62, 6.9]}} ({error})'
+        ) from error
+    for batch, points in table:
+        distinct = len({k for k, _ in points}) == len(points)
+        if batch < 1 or len(points) < 2 or points[0][0] != 0 or not distinct:
+            raise SpecConfigError(
+                f"speculative config: cost_table row {batch} needs a batch >= 1 and one cost at "
+                "k = 0 and at each of at least one other k"
+            )
+        if any(cost <= 0 for _, cost in points) or any(k < 0 for k, _ in points):
+            raise SpecConfigError(f"speculative config: cost_table row {batch}: costs must be > 0")
+    if not table:
+        raise SpecConfigError("speculative config: cost_table is empty")
+    return table
+
+
+def _cost_points(points: Any) -> tuple[tuple[int, float], ...]:
+    """{k: cost}, [cost at k = 0, 1, ...] or ((k, cost), ...) (already normalised)."""
+    if isinstance(points, dict):
+        pairs = points.items()
+    elif all(isinstance(point, (list, tuple)) for point in points):
+        pairs = points
+    else:
+        pairs = enumerate(points)
+    return tuple(sorted((int(k), float(cost)) for k, cost in pairs))
+
+
+def _read_cost_file(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        message = f"speculative config: cannot read cost_table {path!r}: {error}"
+        raise SpecConfigError(message) from error
 
 
 def parse_spec_config(value: str | dict[str, Any] | SpecConfig | None) -> SpecConfig | None:

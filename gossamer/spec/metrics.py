@@ -14,7 +14,8 @@ Keys (cumulative since start):
 - num_uniform_verify_steps: verification steps of one shape (every sequence feeds 1 + k tokens),
   which a CUDA graph replays; num_ragged_verify_steps: decode-only ones whose draft lengths
   differ (eager); num_prefill_verify_steps: ones that also carry a prompt chunk (eager);
-- num_padding_tokens: filler tokens fed to make steps uniform (computed, never accepted).
+- num_padding_tokens: filler tokens fed to make steps uniform (computed, never accepted);
+- num_cost_off_steps: steps the cost-aware choice of k decided not to speculate at all.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SpecMetrics:
         self.num_ragged_verify_steps = 0
         self.num_prefill_verify_steps = 0
         self.num_padding_tokens = 0
+        self.num_cost_off_steps = 0
 
     def record(self, method: str, num_drafted: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -62,6 +64,7 @@ class SpecMetrics:
             "num_ragged_verify_steps": self.num_ragged_verify_steps,
             "num_prefill_verify_steps": self.num_prefill_verify_steps,
             "num_padding_tokens": self.num_padding_tokens,
+            "num_cost_off_steps": self.num_cost_off_steps,
         }
         for position, drafted in enumerate(self.drafted_at):
             stats[f"acceptance_rate_pos_{position}"] = _ratio(self.accepted_at[position], drafted)

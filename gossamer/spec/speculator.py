@@ -19,7 +19,11 @@ When to speculate:
   engine steps, doubled at each relapse (capped at 16x), then tries again;
 - "auto": every configured proposer is a candidate; each request ranks them by an exponential
   average of the tokens they got accepted for it (untried ones rank first, in config order),
-  and falls through to the next when one has nothing to propose.
+  and falls through to the next when one has nothing to propose. With the cost model
+  (`cost_aware`, on for "auto" by default) the ranking is by the tokens its per-position
+  acceptance estimates promise, and the number of drafts k per step (0: none) is the one with
+  the most expected tokens per unit of step cost (gossamer/spec/cost.py): an upper bound before
+  proposing, the final k once the drafts are known.
 
 Padding (`pad_drafts`): once any decode of the next step has a draft, every decode gets drafts of
 one length (the smallest of `draft_len_ladder` that holds the longest draft), the missing ones
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -41,6 +45,7 @@ from gossamer.runner.model_runner import MAX_MULTI_TOKEN_GRAPH_SEQS, SeqInput, u
 from gossamer.runner.sampler import SamplingRow, TokenLogprobs
 from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOutput
 from gossamer.spec.config import SpecConfig
+from gossamer.spec.cost import DraftLengthChooser
 from gossamer.spec.metrics import SpecMetrics
 from gossamer.spec.proposer import Draft, Proposer, SpecRequest
 from gossamer.spec.verify import verify
@@ -69,6 +74,14 @@ class Speculator:
         self._pending: dict[str, tuple[str, Draft]] = {}  # drafts handed to the scheduler
         self._tracked: dict[str, Request] = {}  # requests some proposer may hold state for
         self._step = 0
+        self.chooser = None  # cost-aware k (gossamer/spec/cost.py)
+        if config.chooses_k:
+            self.chooser = DraftLengthChooser(
+                config.cost_table,
+                config.draft_len_ladder,
+                config.num_speculative_tokens,
+                config.acceptance_window,
+            )
 
     # ---- verification ------------------------------------------------------------------------
 
@@ -168,6 +181,8 @@ class Speculator:
         previous = state.scores.get(method, float(accepted))
         state.scores[method] = previous + alpha * (accepted - previous)
         state.num_verified += 1
+        if self.chooser is not None:
+            self.chooser.record(request_id, method, drafted, accepted, self._step)
         config = self.config
         warmed_up = state.num_verified >= max(1, config.acceptance_window // 2)
         if warmed_up and state.acceptance < config.min_acceptance_rate:
@@ -183,6 +198,8 @@ class Speculator:
             del self._tracked[request_id]
             self._states.pop(request_id, None)
             self._pending.pop(request_id, None)
+            if self.chooser is not None:
+                self.chooser.forget(request_id)
             for proposer in self.proposers.values():
                 proposer.release(request_id, request.all_token_ids, request.num_prompt_tokens)
 
@@ -198,7 +215,46 @@ class Speculator:
             for request in scheduler.running
             if (spec := self._candidate(scheduler, request, row_for))
         ]
-        self._hand_over(scheduler, self._collect(candidates))
+        padded = self._can_pad(scheduler)
+        if self.chooser is None:
+            drafts = self._collect(candidates)
+        else:
+            drafts = self._collect_cost_aware(scheduler, candidates, padded)
+        self._hand_over(scheduler, drafts, padded)
+
+    def _collect_cost_aware(
+        self, scheduler: Scheduler, candidates: list[SpecRequest], padded: bool
+    ) -> dict[str, tuple[str, Draft]]:
+        """Drafts of the lengths the cost model prefers: an upper bound before proposing (less
+        proposer work, none at all for k = 0), the final lengths once the drafts are known."""
+        wanted = [(s.request_id, self._first_method(s), s.max_draft_tokens) for s in candidates]
+        limits = self._choose(scheduler, padded, wanted)
+        candidates = [
+            replace(spec, max_draft_tokens=k)
+            for spec, k in zip(candidates, limits, strict=True)
+            if k
+        ]
+        drafts = self._collect(candidates)
+        found = [(rid, method, len(draft.token_ids)) for rid, (method, draft) in drafts.items()]
+        lens = self._choose(scheduler, padded, found)
+        return {
+            request_id: (method, _truncated(draft, k))
+            for (request_id, (method, draft)), k in zip(drafts.items(), lens, strict=True)
+            if k
+        }
+
+    def _choose(
+        self, scheduler: Scheduler, padded: bool, wanted: list[tuple[str, str, int]]
+    ) -> list[int]:
+        num_decodes = len(_decodes(scheduler))
+        budget = scheduler.max_num_batched_tokens
+        lens = self.chooser.choose(wanted, num_decodes, padded, budget, self._step)
+        if wanted and not any(lens):
+            self.metrics.num_cost_off_steps += 1
+        return lens
+
+    def _first_method(self, spec: SpecRequest) -> str:
+        return self._ranking(spec.request_id, list(self.proposers))[0]
 
     def _collect(self, candidates: list[SpecRequest]) -> dict[str, tuple[str, Draft]]:
         """request id -> (method, draft) for the candidates some proposer has a draft for, each
@@ -252,17 +308,25 @@ class Speculator:
     def _ranking(self, request_id: str, methods: list[str]) -> list[str]:
         if len(methods) == 1:
             return methods
+        if self.chooser is not None:  # by the estimates the cost model decides with
+            chooser, step = self.chooser, self._step
+            return sorted(
+                methods, key=lambda method: -chooser.expected_accepted(request_id, method, step)
+            )
         state = self._states.get(request_id)
         scores = state.scores if state is not None else {}
         untried = float(self.config.num_speculative_tokens + 1)
         # stable sort: equal scores keep the config order (cheap proposers first)
         return sorted(methods, key=lambda method: -scores.get(method, untried))
 
-    def _hand_over(self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]]) -> None:
-        """Give the scheduler the drafts, each padded with filler to one common length when that
-        gives the next step a CUDA graph's uniform shape (see `_padded_length`)."""
+    def _hand_over(
+        self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]], padded: bool
+    ) -> None:
+        """Give the scheduler the drafts. When `padded`, every decode gets drafts of one length
+        (the smallest of the ladder that holds the longest draft), filler where its own are
+        short or missing, provided the padded step fits the token budget."""
         self._pending.update(drafts)
-        length = self._padded_length(scheduler, drafts)
+        length = self._padded_length(scheduler, drafts) if padded else 0
         if not length:
             for request_id, (_, draft) in drafts.items():
                 scheduler.set_draft_tokens(request_id, list(draft.token_ids))
@@ -276,25 +340,34 @@ class Speculator:
                 request.request_id, tokens + [filler] * (length - len(tokens))
             )
 
-    def _padded_length(self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]]) -> int:
-        """The draft length every decode of the next step is padded to, or 0 for no padding: when
-        nothing is drafted, when a prompt is still being computed (that step runs eagerly
-        anyway), when the batch is too large for multi-token graphs, or when the padded step
-        would not fit the token budget (the scheduler would cut it into a ragged one)."""
+    def _can_pad(self, scheduler: Scheduler) -> bool:
+        """Whether padding could make the next step uniform: not while a prompt is still being
+        computed (that step runs eagerly anyway) nor above the batch sizes multi-token graphs
+        exist for."""
         running = scheduler.running
-        if not self.config.pad_drafts or not drafts or len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
-            return 0
-        if any(request.num_computed_tokens != request.num_tokens - 1 for request in running):
+        if not self.config.pad_drafts or len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
+            return False
+        return len(_decodes(scheduler)) == len(running)
+
+    def _padded_length(self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]]) -> int:
+        """The common draft length, or 0 when nothing is drafted or the padded step would not
+        fit the token budget (the scheduler would cut it into a ragged one)."""
+        if not drafts:
             return 0
         longest = max(len(draft.token_ids) for _, draft in drafts.values())
         length = next(k for k in self.config.draft_len_ladder if k >= longest)
-        fits = len(running) * (1 + length) <= scheduler.max_num_batched_tokens
+        fits = len(scheduler.running) * (1 + length) <= scheduler.max_num_batched_tokens
         return length if fits else 0
 
     # ---- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
         return self.metrics.as_dict()
+
+
+def _decodes(scheduler: Scheduler) -> list[Request]:
+    """The running requests at the end of their known tokens: the next step's decodes."""
+    return [r for r in scheduler.running if r.num_computed_tokens == r.num_tokens - 1]
 
 
 def _truncated(draft: Draft, count: int) -> Draft:

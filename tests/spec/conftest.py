@@ -28,6 +28,11 @@ def other_model_path(tmp_path_factory):
     return write_hf_model(tmp_path_factory.mktemp("other"), seed=7, num_hidden_layers=1)
 
 
+# A cost model in which verifying k drafts costs one decode step: the cost-aware "auto" then
+# always speculates as far as its drafts reach (tests of padding and proposer choice).
+FREE_VERIFICATION = {"1": [1.0, 1.0]}
+
+
 def repetitive_prompts(count: int, seed: int = 0) -> list[list[int]]:
     """Prompts that repeat a short phrase, so that n-gram lookups find matches."""
     gen = torch.Generator().manual_seed(seed)

@@ -62,3 +62,41 @@ def test_cli_flag():
     args = parser.parse_args(["--speculative-config", '{"method": "suffix"}'])
     assert spec_config_from_args(args).method == "suffix"
     assert spec_config_from_args(parser.parse_args([])) is None
+
+
+def test_cost_aware_is_on_for_auto_and_can_be_set_for_any_method():
+    assert parse_spec_config("auto").chooses_k
+    assert not parse_spec_config("ngram").chooses_k
+    assert parse_spec_config('{"method": "ngram", "cost_aware": true}').chooses_k
+    assert not parse_spec_config('{"method": "auto", "cost_aware": false}').chooses_k
+    assert parse_spec_config("ngram").pad_drafts
+
+
+def test_cost_tables_from_json_lists_maps_and_files(tmp_path):
+    as_lists = parse_spec_config('{"method": "auto", "cost_table": {"8": [13, 26], "1": [4, 5]}}')
+    assert as_lists.cost_table == ((1, ((0, 4.0), (1, 5.0))), (8, ((0, 13.0), (1, 26.0))))
+    sparse = parse_spec_config({"method": "auto", "cost_table": {"1": {"0": 4, "3": 8}}})
+    assert sparse.cost_table == ((1, ((0, 4.0), (3, 8.0))),)
+    # the file the verify-cost benchmark writes: the table under "cost_table"
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"cost_table": {"1": {"0": 4, "3": 8}}}))
+    from_file = parse_spec_config({"method": "auto", "cost_table": str(path)})
+    assert from_file.cost_table == sparse.cost_table
+    assert SpecConfig(method="auto", cost_table=from_file.cost_table) == from_file
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"1": [4]}, "needs a batch >= 1"),
+        ({"1": {"1": 4, "2": 5}}, "needs a batch >= 1"),
+        ({"0": [4, 5]}, "needs a batch >= 1"),
+        ({"1": [4, 0]}, "costs must be > 0"),
+        ({"one": [4, 5]}, "must map batch sizes"),
+        ({}, "is empty"),
+        ("/no/such/costs.json", "cannot read cost_table"),
+    ],
+)
+def test_bad_cost_tables_raise_typed_errors(table, message):
+    with pytest.raises(SpecConfigError, match=message):
+        SpecConfig(method="auto", cost_table=table)

@@ -10,6 +10,7 @@ from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
 from tests.spec.conftest import (
+    FREE_VERIFICATION,
     make_engine,
     prefix_sharing_requests,
     repetitive_prompts,
@@ -38,7 +39,12 @@ def spec_configs(target_path, other_model_path) -> dict[str, SpecConfig]:
         "draft_other": SpecConfig(
             method="draft", model=str(other_model_path), num_speculative_tokens=2
         ),
-        "auto": SpecConfig(method="auto", model=str(target_path), num_speculative_tokens=3),
+        "auto": SpecConfig(
+            method="auto",
+            model=str(target_path),
+            num_speculative_tokens=3,
+            cost_table=FREE_VERIFICATION,
+        ),
         # a draft pool too small for the batch: draft states are dropped and recomputed
         "draft_tight_pool": SpecConfig(
             method="draft", model=str(target_path), num_speculative_tokens=3, draft_num_blocks=24

@@ -5,6 +5,8 @@ preemption behave."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from gossamer.spec.ngram import NgramProposer
 from gossamer.spec.proposer import Draft
 from gossamer.spec.speculator import Speculator
 from tests.spec.conftest import (
+    FREE_VERIFICATION,
     make_engine,
     prefix_sharing_requests,
     repetitive_prompts,
@@ -52,14 +55,15 @@ def verification_steps(steps):
 def test_mixed_draft_lengths_reach_the_runner_as_uniform_steps(target, method):
     requests = workload()
     plain, _, _ = run_engine(make_engine(target, None), requests)
-    ragged_engine = make_engine(target, SpecConfig(method=method, pad_drafts=False))
+    spec = SpecConfig(method=method, cost_table=FREE_VERIFICATION)
+    ragged_engine = make_engine(target, replace(spec, pad_drafts=False))
     ragged_shapes = record_shapes(ragged_engine)
     ragged, _, _ = run_engine(ragged_engine, requests)
     # without padding the proposers' drafts differ in length: the workload is a real test
     assert ragged_engine.stats.spec_stats["num_ragged_verify_steps"] > 0
     assert any(len({q for q, _ in s}) > 1 for s in verification_steps(ragged_shapes))
 
-    engine = make_engine(target, SpecConfig(method=method))
+    engine = make_engine(target, spec)
     shapes = record_shapes(engine)
     tokens, _, _ = run_engine(engine, requests)
     assert tokens == plain == ragged
@@ -70,7 +74,7 @@ def test_mixed_draft_lengths_reach_the_runner_as_uniform_steps(target, method):
     assert len(checked) == stats["num_uniform_verify_steps"]
     for step in checked:
         (q,) = {q for q, _ in step}
-        assert q - 1 in SpecConfig(method=method).draft_len_ladder
+        assert q - 1 in spec.draft_len_ladder
 
 
 def test_the_filler_is_never_accepted():
@@ -127,7 +131,12 @@ def test_padding_under_kv_pressure_preempts_and_rolls_every_slot_back(target, ta
     plain, _, _ = run_engine(make_engine(target, None), requests)
     for spec in (
         SpecConfig(method="suffix", num_speculative_tokens=8),
-        SpecConfig(method="auto", model=str(target_path), num_speculative_tokens=4),
+        SpecConfig(
+            method="auto",
+            model=str(target_path),
+            num_speculative_tokens=4,
+            cost_table=FREE_VERIFICATION,
+        ),
     ):
         engine = make_engine(target, spec, num_blocks=40, max_num_batched_tokens=48)
         tokens, _, _ = run_engine(engine, requests)

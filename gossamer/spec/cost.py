@@ -1,0 +1,249 @@
+"""Cost-aware draft lengths: how many drafts k (0 = none) the next step should verify.
+
+A step that verifies k drafts per sequence costs cost(batch, k) plain decode steps of that batch
+(`StepCost`, from a measured table). A request whose draft positions are accepted with conditional
+rates a_0, a_1, ... (a_i: position i is accepted once positions < i were) emits on average
+E(k) = 1 + g_0 + ... + g_{k-1} tokens, where g_i = a_0 * ... * a_i. The rule maximises the batch's
+expected tokens per unit of step cost, sum E / cost, against k = 0 (B tokens for cost 1):
+
+- padded steps (every decode verifies the same k, filler where drafts are short): try each k of
+  the draft-length ladder; a request contributes its gains up to min(k, its draft length);
+- ragged steps (each request its own k_r): cost(batch, mean k_r), and for a given total of draft
+  tokens T the best allocation is the T largest gains overall (each request's gains fall with
+  the position, so the largest T always form prefixes); try every T.
+
+The acceptance rates come from `AcceptanceStats`: per request and method, counts of tries and
+acceptances per position that fade with every engine step, shrunk toward the method's rates over
+all requests, which are themselves shrunk toward the previous position's rate (position 0 toward
+`PRIOR_ACCEPTANCE`). Fading is the exploration: evidence against speculating wears off, the
+estimate drifts back to the prior, and a step tries again (the speculator's per-request off
+switch still backs off requests whose drafts keep failing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Sequence
+
+# Measured on one H200, gpt-oss-120b, context 1024, CUDA graph replay, ms per step (see
+# docs/speculative.md): {batch: {k: ms}}; costs are relative to k = 0, linear in between.
+DEFAULT_COST_TABLE: tuple[tuple[int, tuple[tuple[int, float], ...]], ...] = (
+    (1, ((0, 4.29), (1, 5.62), (3, 8.14), (7, 13.39))),
+    (8, ((0, 13.19), (1, 26.31), (3, 37.22), (7, 47.93))),
+)
+# Acceptance assumed before anything was verified, and how many observations it weighs. Mildly
+# optimistic (ngram and EAGLE-3 see about 0.6 to 0.75 on real text), so that small batches try
+# speculation and learn the real rate; large batches then decide on that evidence.
+PRIOR_ACCEPTANCE = 0.7
+PRIOR_WEIGHT = 2.0
+# The method-wide statistics fade over about this many acceptance windows of steps, so that a
+# method judged useless is tried again now and then (per request they fade over one window).
+METHOD_MEMORY_WINDOWS = 16
+
+CostFunction = Callable[[int, float], float]
+
+
+class StepCost:
+    """cost(batch, k): a step where `batch` sequences verify k drafts each, in plain decode steps
+    of that batch. Linear in k between measured points and beyond the last one; linear in the
+    batch between measured rows, the nearest row outside them."""
+
+    def __init__(self, table: Sequence[tuple[int, Sequence[tuple[float, float]]]]) -> None:
+        rows = sorted((batch, sorted(points)) for batch, points in table)
+        self.batches = [float(batch) for batch, _ in rows]
+        # each row relative to its own k = 0 time
+        self.rows = [[(k, cost / points[0][1]) for k, cost in points] for _, points in rows]
+
+    def __call__(self, batch: int, k: float) -> float:
+        if k <= 0:
+            return 1.0
+        costs = [_cost_at(row, k) for row in self.rows]
+        if batch <= self.batches[0]:
+            return costs[0]
+        if batch >= self.batches[-1]:
+            return costs[-1]
+        return _interpolate(list(zip(self.batches, costs, strict=True)), batch)
+
+
+def _cost_at(row: Sequence[tuple[float, float]], k: float) -> float:
+    """Linear between measured k; past the last, the last segment's slope, never falling."""
+    (k0, cost0), (k1, cost1) = row[-2], row[-1]
+    if k <= k1:
+        return _interpolate(row, k)
+    return cost1 + max(cost1 - cost0, 0.0) * (k - k1) / (k1 - k0)
+
+
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise linear through sorted points (at least two), extended by the end segments."""
+    index = next((i for i in range(1, len(points) - 1) if x < points[i][0]), len(points) - 1)
+    (x0, y0), (x1, y1) = points[index - 1], points[index]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class AcceptanceStats:
+    """Per draft position: how often it was verified after every earlier position was accepted
+    (`tried`), and how often it was accepted then (`accepted`). With decay < 1 the counts fade by
+    that factor per engine step, so old evidence, and a request that stopped speculating, drift
+    back to the prior."""
+
+    __slots__ = ("tried", "accepted", "decay", "last_step")
+
+    def __init__(self, num_positions: int, decay: float = 1.0) -> None:
+        self.tried = [0.0] * num_positions
+        self.accepted = [0.0] * num_positions
+        self.decay = decay
+        self.last_step = 0
+
+    def record(self, num_drafted: int, num_accepted: int, step: int = 0) -> None:
+        """A verified draft: positions < num_accepted accepted, position num_accepted rejected
+        (when there was one); later positions were never put to the test."""
+        scale = self._fade(step)
+        self.last_step = step
+        for i in range(len(self.tried)):
+            self.tried[i] *= scale
+            self.accepted[i] *= scale
+        for i in range(min(num_accepted + 1, num_drafted, len(self.tried))):
+            self.tried[i] += 1
+            self.accepted[i] += i < num_accepted
+
+    def rates(self, prior: Sequence[float], step: int = 0) -> list[float]:
+        """Conditional acceptance per position, each shrunk toward prior[i]."""
+        scale = self._fade(step)
+        return [
+            (scale * accepted + PRIOR_WEIGHT * p) / (scale * tried + PRIOR_WEIGHT)
+            for tried, accepted, p in zip(self.tried, self.accepted, prior, strict=True)
+        ]
+
+    def chained_rates(self, step: int = 0) -> list[float]:
+        """Conditional acceptance per position, each shrunk toward the previous position's
+        estimate (the first toward PRIOR_ACCEPTANCE): untried positions inherit, which lets k
+        grow once the positions below it are accepted often."""
+        scale = self._fade(step)
+        rates, previous = [], PRIOR_ACCEPTANCE
+        for tried, accepted in zip(self.tried, self.accepted, strict=True):
+            previous = (scale * accepted + PRIOR_WEIGHT * previous) / (scale * tried + PRIOR_WEIGHT)
+            rates.append(previous)
+        return rates
+
+    def _fade(self, step: int) -> float:
+        return self.decay ** max(step - self.last_step, 0)
+
+
+def gains(rates: Sequence[float], length: int) -> list[float]:
+    """g_i = P(positions 0..i all accepted) for i < length: what draft i adds to E(k)."""
+    return list(itertools.accumulate(rates[:length], operator.mul))
+
+
+def choose_draft_lens(
+    request_gains: Sequence[Sequence[float]],  # one per decode of the step ([] for no draft)
+    cost: CostFunction,
+    ladder: Sequence[int],
+    padded: bool,
+    token_budget: int | None = None,
+) -> list[int]:
+    """Drafts per request (0 = none) that maximise expected tokens per unit of step cost."""
+    if padded:
+        return _padded_lens(request_gains, cost, ladder, token_budget)
+    return _ragged_lens(request_gains, cost, token_budget)
+
+
+def _padded_lens(request_gains, cost, ladder, token_budget) -> list[int]:
+    batch = len(request_gains)
+    best_k, best_value = 0, float(batch)
+    for k in ladder:
+        if token_budget is not None and batch * (1 + k) > token_budget:
+            break
+        tokens = batch + sum(sum(g[:k]) for g in request_gains)
+        value = tokens / cost(batch, k)
+        if value > best_value:
+            best_k, best_value = k, value
+    return [min(best_k, len(g)) for g in request_gains]
+
+
+def _ragged_lens(request_gains, cost, token_budget) -> list[int]:
+    batch = len(request_gains)
+    ranked = sorted(
+        (
+            (g, position, request)
+            for request, gs in enumerate(request_gains)
+            for position, g in enumerate(gs)
+        ),
+        key=lambda entry: (-entry[0], entry[1], entry[2]),
+    )
+    if token_budget is not None:
+        del ranked[max(token_budget - batch, 0) :]
+    best_count, best_value, tokens = 0, float(batch), float(batch)
+    for count, (g, _, _) in enumerate(ranked, 1):
+        tokens += g
+        value = tokens / cost(batch, count / batch)
+        if value > best_value:
+            best_count, best_value = count, value
+    lens = [0] * batch
+    for _, _, request in ranked[:best_count]:
+        lens[request] += 1
+    return lens
+
+
+class DraftLengthChooser:
+    """The speculator's cost-aware k: acceptance statistics per method (all requests) and per
+    request and method, and `choose_draft_lens` over them."""
+
+    def __init__(
+        self,
+        table: Sequence[tuple[int, Sequence[tuple[float, float]]]] | None,
+        ladder: Sequence[int],
+        num_positions: int,
+        window: int,
+    ) -> None:
+        self.cost = StepCost(table or DEFAULT_COST_TABLE)
+        self.ladder = tuple(ladder)
+        self.num_positions = num_positions
+        # exponential averages over `window` steps (per request) and 16 windows (per method)
+        self.request_decay = 1 - 2 / (window + 1)
+        self.method_decay = 1 - 2 / (METHOD_MEMORY_WINDOWS * window + 1)
+        self._methods: dict[str, AcceptanceStats] = {}
+        self._requests: dict[str, dict[str, AcceptanceStats]] = {}
+
+    def record(self, request_id: str, method: str, drafted: int, accepted: int, step: int) -> None:
+        self._method_stats(method).record(drafted, accepted, step)
+        own = self._requests.setdefault(request_id, {})
+        if method not in own:
+            own[method] = AcceptanceStats(self.num_positions, self.request_decay)
+        own[method].record(drafted, accepted, step)
+
+    def forget(self, request_id: str) -> None:
+        self._requests.pop(request_id, None)
+
+    def rates(self, request_id: str, method: str, step: int) -> list[float]:
+        """The request's conditional acceptance per position for drafts of `method`."""
+        prior = self._method_stats(method).chained_rates(step)
+        own = self._requests.get(request_id, {}).get(method)
+        return own.rates(prior, step) if own is not None else prior
+
+    def expected_accepted(self, request_id: str, method: str, step: int) -> float:
+        """Accepted drafts the request can expect from `method` with every position drafted:
+        what "auto" ranks the methods of a request by."""
+        return sum(gains(self.rates(request_id, method, step), self.num_positions))
+
+    def _method_stats(self, method: str) -> AcceptanceStats:
+        if method not in self._methods:
+            self._methods[method] = AcceptanceStats(self.num_positions, self.method_decay)
+        return self._methods[method]
+
+    def choose(
+        self,
+        wanted: Sequence[tuple[str, str, int]],  # (request id, method, most drafts it may get)
+        num_decodes: int,  # decodes in the step, those in `wanted` included
+        padded: bool,
+        token_budget: int,
+        step: int,
+    ) -> list[int]:
+        """Drafts per entry of `wanted` (0 = none)."""
+        request_gains = [
+            gains(self.rates(request_id, method, step), length)
+            for request_id, method, length in wanted
+        ]
+        request_gains += [[]] * (num_decodes - len(wanted))
+        lens = choose_draft_lens(request_gains, self.cost, self.ladder, padded, token_budget)
+        return lens[: len(wanted)]
