@@ -231,6 +231,8 @@ def test_greedy_with_eagle3_equals_plain_decoding(target3, tmp_path):
         assert tokens == plain, name
         stats = engine.stats.spec_stats
         assert stats["eagle3_num_draft_tokens"] > 0
+        # the target runs eagerly (AuxHiddenRunner): no graph to pad drafts for
+        assert stats["num_padding_tokens"] == 0
         assert engine.stats.prefix_cache_hits > 0
         if name == "constant":
             assert stats["num_accepted_tokens"] > 0
