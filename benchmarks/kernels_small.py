@@ -8,9 +8,9 @@ back in one CUDA graph (so weights come from HBM, not from the L2, and there is 
 launches), replayed; time per call = replay time / copies. The floor of a row is the bytes it must
 move over the device-to-device copy bandwidth measured in the same run.
 
-The GEMV table prints ours against cuBLAS (torch.nn.functional.linear) for M = 1..16 rows: set
-gossamer/kernels/gemv.py:GEMV_MAX_M to the crossover it suggests. A sweep of the M = 1 tile
-(BLOCK_N x BLOCK_K) follows, to check the default plan.
+The GEMV table prints ours (default configs) against cuBLAS (torch.nn.functional.linear) for
+M = 1..16 rows: set gossamer/kernels/gemv.py:GEMV_MAX_M to the crossover it suggests. The configs
+themselves are swept by benchmarks/gemv_sweep.py.
 """
 
 from __future__ import annotations
@@ -159,11 +159,11 @@ def _split_qkv(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
             v.view(tokens, KV_HEADS, HEAD_DIM))  # fmt: skip
 
 
-def _gemv_bytes(m: int, n: int, k: int, bias: bool) -> float:
+def gemv_bytes(m: int, n: int, k: int, bias: bool) -> float:
     return 2 * (n * k + m * k + m * n + (n if bias else 0))
 
 
-def _weights(n: int, k: int, bias: bool, copies: int):
+def make_weights(n: int, k: int, bias: bool, copies: int):
     ws = [torch.randn(n, k, device="cuda", dtype=DTYPE) / k**0.5 for _ in range(copies)]
     bs = [torch.randn(n, device="cuda", dtype=DTYPE) if bias else None for _ in range(copies)]
     return ws, bs
@@ -173,10 +173,10 @@ def bench_gemv(bandwidth: float) -> tuple[list[Row], dict]:
     rows, faster = [], {}
     for name, n, k, has_bias in GEMV_SHAPES:
         copies = copies_for(n * k * 2, max_copies=512)  # 512 router copies: 377 MB
-        ws, bs = _weights(n, k, has_bias, copies)
+        ws, bs = make_weights(n, k, has_bias, copies)
         for m in GEMV_ROWS:
             x = torch.randn(m, k, device="cuda", dtype=DTYPE)
-            nbytes = _gemv_bytes(m, n, k, has_bias)
+            nbytes = gemv_bytes(m, n, k, has_bias)
             weights = list(zip(ws, bs, strict=True))
             ours = graph_us([functools.partial(gemv.gemv, x, w, b) for w, b in weights])
             cublas = graph_us([functools.partial(F.linear, x, w, b) for w, b in weights])
@@ -188,31 +188,17 @@ def bench_gemv(bandwidth: float) -> tuple[list[Row], dict]:
 
 
 def suggested_max_m(faster: dict) -> int:
-    """The largest M such that ours is at least as fast as cuBLAS on every shape for all M' <= M."""
+    """The largest M such that ours is at least as fast as cuBLAS for all M' <= M on every shape
+    that gemv.linear would send to Triton (the unembedding stays on cuBLAS)."""
+    routed = [
+        name for name, n, k, _ in GEMV_SHAPES if gemv.shape_class(n, k) in gemv.TRITON_CLASSES
+    ]
     best = 0
     for m in GEMV_ROWS:
-        if not all(faster[(name, m)] for name, *_ in GEMV_SHAPES):
+        if not all(faster[(name, m)] for name in routed):
             break
         best = m
     return best
-
-
-def bench_gemv_tiles(bandwidth: float) -> list[Row]:
-    rows = []
-    for name, n, k, has_bias in (GEMV_SHAPES[0], GEMV_SHAPES[4]):  # qkv, unembedding
-        copies = copies_for(n * k * 2, max_copies=512)
-        ws, bs = _weights(n, k, has_bias, copies)
-        x = torch.randn(1, k, device="cuda", dtype=DTYPE)
-        nbytes = _gemv_bytes(1, n, k, has_bias)
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        for block_n, block_k in ((8, 128), (8, 256), (16, 128), (16, 256), (32, 128)):
-            plan = gemv.plan_gemv(1, n, k, sms, block_n=block_n, block_k=block_k)
-            us = graph_us([functools.partial(gemv.gemv, x, w, b, plan=plan)
-                                    for w, b in zip(ws, bs, strict=True)])  # fmt: skip
-            case = f"{name} {block_n}x{block_k} s{plan.split_k}"
-            rows.append(Row("gemv_tile", case, us, 1e6 * nbytes / bandwidth, nbytes))
-        del ws, bs
-    return rows
 
 
 def bench_sampling(bandwidth: float) -> list[Row]:
@@ -248,7 +234,7 @@ def main() -> None:
     bandwidth = copy_bandwidth()
     rows = bench_norm(bandwidth) + bench_rope_kv(bandwidth)
     gemv_rows, faster = bench_gemv(bandwidth)
-    rows += gemv_rows + bench_gemv_tiles(bandwidth) + bench_sampling(bandwidth)
+    rows += gemv_rows + bench_sampling(bandwidth)
     device = torch.cuda.get_device_name()
     print(f"# {device}, torch {torch.__version__}, triton {triton.__version__}, "
           f"copy bandwidth {bandwidth / 1e12:.2f} TB/s, {time.strftime('%Y-%m-%d')}")  # fmt: skip

@@ -1,195 +1,158 @@
 """Linear layers for decode-sized batches: y[M, N] = x[M, K] @ W[N, K].T + bias, M = 1..16.
 
-At decode every dense projection is a matrix-vector product bound by reading W once. Two kernels:
+At decode a dense projection is bound by reading W once (gpt-oss-120b per layer: QKV 29.5 MB,
+O 23.6 MB, router 0.74 MB), so what matters is how many bytes each SM keeps in flight, that every SM
+gets the same share, and few instructions per weight byte. Two kernels, both reading W once for all
+M rows of x:
 
-* M == 1 (`_gemv_kernel`): each program owns BLOCK_N rows of W and walks K in BLOCK_K chunks with
-  16-byte loads along the rows, keeping a [BLOCK_N, BLOCK_K] float32 partial product in registers and
-  reducing it once at the end (no per-step shuffles).
-* 2 <= M <= 16 (`_small_m_kernel`): the same tiling through `tl.dot` on a 16-row tile, so W is
-  still read once for all M rows.
+* `_gemv_dot_kernel` (any M): the tile is W[BLOCK_N, BLOCK_K] @ x^T[BLOCK_K, BLOCK_M] on the tensor
+  cores, W as the "row" operand so that M = 1..8 tokens fit one 8-wide MMA column tile. `num_stages`
+  lets Triton stream the W and x tiles through shared memory with asynchronous copies (16 bytes a
+  thread for W), num_stages - 1 tiles ahead; its loop is 9-12 instructions per 16 bytes of W per
+  thread (sm_90 SASS), whatever M is.
+* `_gemv_fma_kernel` (M == 1): 16-byte register loads of W, fp32 multiply-adds, the next tile loaded
+  into registers before the current one is used (double buffering). About 40 instructions per 16
+  bytes of W (the bf16 -> fp32 conversions cost as much as the multiply-adds), so M == 1 only.
 
-When the rows alone do not fill the GPU (router: 128 or 32 rows; QKV/O: a few hundred row blocks)
-K is split over split_k programs that write float32 partials, and `_reduce_splits_kernel` sums them,
-adds the bias and casts (deterministic, no atomics). Above GEMV_MAX_M rows the call goes to cuBLAS.
+A row block of W is too little work for the whole GPU on these shapes (the router has 128 rows), so
+K is split over `split_k` programs that write float32 partial sums. They are added in split order
+(deterministic) either by the last program of a row block to arrive, found with an atomic counter
+("last": no second launch), or by `_reduce_splits_kernel` ("reduce"). Both add the bias and cast.
 
+Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..., config=...)`
+overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
 The pure-torch twin is torch.nn.functional.linear.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-# Largest M served by the Triton kernels; above it, cuBLAS. Set from benchmarks/kernels_small.py:
-# on the H200 (2026-12-02) cuBLAS beat these kernels on QKV (10.6 vs 17 us) and O (11.4 vs 15.7 us)
-# at M=1 and tied elsewhere, so 0 = always cuBLAS until the kernels improve.
+# Largest M served by the Triton kernels; above it, cuBLAS. On the H200 (2026-12-02) cuBLAS beat
+# the previous kernels on QKV (10.6 vs 17 us) and O (11.4 vs 15.7 us), so 0 = always cuBLAS until
+# benchmarks/gemv_sweep.py shows these ones ahead.
 GEMV_MAX_M = 0
-SMALL_M_TILE = 16  # tl.dot's row tile (its minimum)
-WAVES = 4  # aim for this many programs per SM so that every SM keeps loads in flight
+MAX_ROWS = 16  # most x rows one call serves (the MMA column tile grows to 16)
+MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
+COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
+NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT constexpr)
 
 
-@triton.jit
-def _gemv_kernel(
-    x_ptr,  # [1, K]
-    w_ptr,  # [N, K]
-    bias_ptr,  # [N]
-    out_ptr,  # [1, N] (not SPLIT)
-    partial_ptr,  # [splits, 1, N] float32 (SPLIT)
-    N,
-    K,
-    stride_w,
-    k_per_split,  # a multiple of BLOCK_K
-    HAS_BIAS: tl.constexpr,
-    SPLIT: tl.constexpr,  # K is split over grid axis 1: write float32 partial sums
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_mask = rows < N
-    w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w  # [BLOCK_N, 1]
-    k_begin = pid_k * k_per_split
-    num_steps = (tl.minimum(K - k_begin, k_per_split) + BLOCK_K - 1) // BLOCK_K
-    acc = tl.full([BLOCK_N, BLOCK_K], 0.0, tl.float32)
-    for step in range(num_steps):
-        cols = k_begin + step * BLOCK_K + tl.arange(0, BLOCK_K)
-        cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_K), BLOCK_K)
-        col_mask = cols < K
-        mask = row_mask[:, None] & col_mask[None, :]
-        w = tl.load(w_rows + cols[None, :], mask=mask, other=0.0)
-        # NOTE: x is read through a [BLOCK_N, BLOCK_K] pointer block with a zero row stride, so it
-        # gets W's register layout (16-byte loads, repeats served by L1) instead of a per-step
-        # shuffle through shared memory behind a barrier.
-        x = tl.load(x_ptr + (rows * 0)[:, None] + cols[None, :], mask=mask, other=0.0)
-        acc += w.to(tl.float32) * x.to(tl.float32)
-    y = tl.sum(acc, axis=1)  # [BLOCK_N]
-    _finish(y[None, :], tl.arange(0, 1), rows, 1, N, bias_ptr, out_ptr, partial_ptr, pid_k,
-            N, HAS_BIAS, SPLIT)  # fmt: skip
+@dataclass(frozen=True)
+class GemvConfig:
+    """Launch config of one problem. `split_k=None` picks the split from the grid size."""
+
+    kernel: str = "dot"  # "dot" (tensor cores, any M) or "fma" (M == 1; others fall back to dot)
+    block_n: int = 32  # rows of W per program
+    block_k: int = 64  # columns of W per step
+    split_k: int | None = None  # programs sharing one row block's K range
+    fixup: str = "last"  # who adds the split partials: the "last" program, or a "reduce" kernel
+    num_warps: int = 2
+    num_stages: int = 4  # W tiles in flight per program (dot kernel)
+    programs_per_sm: int = 6  # target of the automatic split
+
+    def __post_init__(self) -> None:
+        if self.kernel not in ("dot", "fma") or self.fixup not in ("last", "reduce"):
+            raise ValueError(f"unknown kernel or fixup in {self}")
 
 
-@triton.jit
-def _small_m_kernel(
-    x_ptr,  # [M, K]
-    w_ptr,  # [N, K]
-    bias_ptr,  # [N]
-    out_ptr,  # [M, N] (not SPLIT)
-    partial_ptr,  # [splits, M, N] float32 (SPLIT)
-    M,
-    N,
-    K,
-    stride_x,
-    stride_w,
-    stride_out,
-    k_per_split,  # a multiple of BLOCK_K
-    HAS_BIAS: tl.constexpr,
-    SPLIT: tl.constexpr,
-    IEEE_FP32: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    tokens = tl.arange(0, BLOCK_M)
-    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    token_mask = tokens < M
-    row_mask = rows < N
-    x_rows = x_ptr + tokens.to(tl.int64)[:, None] * stride_x  # [BLOCK_M, 1]
-    w_rows = w_ptr + rows.to(tl.int64)[None, :] * stride_w  # [1, BLOCK_N]
-    k_begin = pid_k * k_per_split
-    num_steps = (tl.minimum(K - k_begin, k_per_split) + BLOCK_K - 1) // BLOCK_K
-    acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
-    for step in range(num_steps):
-        cols = k_begin + step * BLOCK_K + tl.arange(0, BLOCK_K)
-        cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_K), BLOCK_K)
-        col_mask = cols < K
-        x = tl.load(x_rows + cols[None, :], mask=token_mask[:, None] & col_mask[None, :], other=0.0)
-        # W^T tile [BLOCK_K, BLOCK_N], contiguous along K: 16-byte loads down each row of W
-        w = tl.load(w_rows + cols[:, None], mask=col_mask[:, None] & row_mask[None, :], other=0.0)
-        if IEEE_FP32:
-            acc = tl.dot(x, w, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(x, w, acc)
-    _finish(acc, tokens, rows, M, N, bias_ptr, out_ptr, partial_ptr, pid_k, stride_out,
-            HAS_BIAS, SPLIT)  # fmt: skip
+# Defaults per shape class; "<class>_m1", where present, serves M == 1. NOTE: not yet measured on a
+# GPU: chosen from the SASS (instructions per weight byte, shared memory per program) and occupancy
+# arithmetic for 132 SMs. Replace them with benchmarks/gemv_sweep.py's winners.
+CONFIGS: dict[str, GemvConfig] = {
+    # router (N = 32..128): few rows, so many K splits of 3 tiles each, all in flight at once
+    "narrow": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=1),
+    # QKV, O and the like: a few hundred row blocks, split so that every SM holds several programs
+    "medium": GemvConfig(block_n=32, block_k=64, num_warps=2),
+    # unembedding-sized: thousands of row blocks already fill the GPU
+    "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
+}
 
 
-@triton.jit
-def _finish(
-    acc,  # [BLOCK_M, BLOCK_N] float32
-    tokens,  # [BLOCK_M]
-    rows,  # [BLOCK_N]
-    M,
-    N,
-    bias_ptr,
-    out_ptr,
-    partial_ptr,
-    pid_k,
-    stride_out,
-    HAS_BIAS: tl.constexpr,
-    SPLIT: tl.constexpr,
-):
-    mask = (tokens[:, None] < M) & (rows[None, :] < N)
-    if not SPLIT:
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)[None, :]
-        out = out_ptr + tokens[:, None] * stride_out + rows[None, :]
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        partial = partial_ptr + (pid_k * M + tokens[:, None]) * N + rows[None, :]
-        tl.store(partial, acc, mask=mask)
+# Shape classes `linear` sends to Triton: cuBLAS already streams the unembedding at the copy
+# bandwidth (kernels_small.py: 266.9 us on the H200), so "huge" stays there unless measured faster.
+TRITON_CLASSES = ("narrow", "medium")
 
 
-@triton.jit
-def _reduce_splits_kernel(
-    partial_ptr,  # [num_splits, M, N] float32
-    bias_ptr,  # [N]
-    out_ptr,  # [M, N]
-    M,
-    N,
-    stride_out,
-    num_splits,
-    HAS_BIAS: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    token = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
-    acc = tl.full([BLOCK], 0.0, tl.float32)
-    for split in range(num_splits):
-        acc += tl.load(partial_ptr + (split * M + token) * N + cols, mask=mask, other=0.0)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + token * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
+def shape_class(out_features: int, in_features: int) -> str:
+    if out_features <= 512:
+        return "narrow"
+    if out_features * in_features >= (1 << 27):
+        return "huge"
+    return "medium"
+
+
+def default_config(num_tokens: int, out_features: int, in_features: int) -> GemvConfig:
+    name = shape_class(out_features, in_features)
+    return CONFIGS.get(f"{name}_m1" if num_tokens == 1 else name, CONFIGS[name])
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    """A config resolved against one shape: a pure function of the shape (graph-capture safe)."""
+
+    config: GemvConfig
+    block_m: int  # x rows per tile (a power of two >= M; extra rows repeat the last)
+    split_k: int
+    k_per_split: int  # columns per split, a multiple of block_k
+    row_blocks: int
+
+
+@functools.lru_cache(maxsize=512)
+def plan_gemv(
+    num_tokens: int,
+    out_features: int,
+    in_features: int,
+    num_sms: int,
+    config: GemvConfig | None = None,
+) -> GemvPlan:
+    if config is None:
+        config = default_config(num_tokens, out_features, in_features)
+    if config.kernel == "fma" and num_tokens != 1:
+        config = replace(config, kernel="dot")  # FMA costs M multiply-adds per weight: M == 1 only
+    row_blocks = triton.cdiv(out_features, config.block_n)
+    k_blocks = triton.cdiv(in_features, config.block_k)
+    split_k = config.split_k
+    if split_k is None:
+        wanted = triton.cdiv(config.programs_per_sm * num_sms, row_blocks)
+        split_k = min(wanted, k_blocks // 2)  # a split reads >= 2 tiles, so loads overlap
+    split_k = max(1, min(split_k, k_blocks, MAX_SPLITS))
+    blocks_per_split = triton.cdiv(k_blocks, split_k)
+    split_k = triton.cdiv(k_blocks, blocks_per_split)  # drop splits that would get no columns
+    # NOTE: at least 4 bytes of the x tile per thread: narrower loads cannot be asynchronous copies,
+    # and a synchronous x load in the loop would wait for the L2 every step
+    block_m = max(triton.next_power_of_2(num_tokens), 64 * config.num_warps // config.block_k, 1)
+    return GemvPlan(config, block_m, split_k, blocks_per_split * config.block_k, row_blocks)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton for up to GEMV_MAX_M rows, else cuBLAS."""
+    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton up to GEMV_MAX_M rows, else cuBLAS."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if rows == 0 or rows > GEMV_MAX_M or x.dtype != weight.dtype:
+        return F.linear(x, weight, bias)
+    if shape_class(*weight.shape) not in TRITON_CLASSES:
         return F.linear(x, weight, bias)
     return gemv(x, weight, bias)
 
 
 def gemv(
-    x: torch.Tensor,  # [..., K], at most SMALL_M_TILE rows
+    x: torch.Tensor,  # [..., K], at most MAX_ROWS rows
     weight: torch.Tensor,  # [N, K]
     bias: torch.Tensor | None,  # [N]
-    plan: GemvPlan | None = None,  # tiling override (benchmarks); default plan_gemv(...)
+    config: GemvConfig | None = None,  # override of CONFIGS (benchmarks)
 ) -> torch.Tensor:
-    """The Triton path of `linear` (any M up to 16), output in x.dtype."""
-    in_features = x.shape[-1]
-    out_features = weight.shape[0]
+    """The Triton path of `linear`, output in x.dtype."""
+    in_features, out_features = x.shape[-1], weight.shape[0]
     x2d = x.reshape(-1, in_features)
     num_tokens = x2d.shape[0]
-    if num_tokens > SMALL_M_TILE:
-        raise ValueError(f"gemv serves at most {SMALL_M_TILE} rows, got {num_tokens}")
+    if num_tokens > MAX_ROWS:
+        raise ValueError(f"gemv serves at most {MAX_ROWS} rows, got {num_tokens}")
     if weight.shape[1] != in_features:
         raise ValueError(f"x has {in_features} features but weight is {tuple(weight.shape)}")
     if x2d.stride(-1) != 1:
@@ -197,72 +160,70 @@ def gemv(
     if weight.stride(-1) != 1:
         weight = weight.contiguous()
     out = torch.empty((num_tokens, out_features), dtype=x.dtype, device=x.device)
-    if plan is None:
-        plan = plan_gemv(num_tokens, out_features, in_features, _num_sms(x.device))
-    partial = None
-    if plan.split_k > 1:
-        # [split_k, M, N] float32 partial sums, summed by _reduce_splits_kernel
-        partial = torch.empty(
-            (plan.split_k, num_tokens, out_features), dtype=torch.float32, device=x.device
-        )
-    grid = (triton.cdiv(out_features, plan.block_n), plan.split_k)
-    has_bias = bias is not None
-    bias_arg = bias if has_bias else weight
-    partial_arg = partial if partial is not None else out
-    if num_tokens == 1:
-        _gemv_kernel[grid](
-            x2d, weight, bias_arg, out, partial_arg, out_features, in_features, weight.stride(0),
-            plan.k_per_split, HAS_BIAS=has_bias, SPLIT=plan.split_k > 1, BLOCK_N=plan.block_n,
-            BLOCK_K=plan.block_k, num_warps=4,
-        )  # fmt: skip
-    else:
-        _small_m_kernel[grid](
-            x2d, weight, bias_arg, out, partial_arg, num_tokens, out_features, in_features,
-            x2d.stride(0), weight.stride(0), out.stride(0), plan.k_per_split, HAS_BIAS=has_bias,
-            SPLIT=plan.split_k > 1, IEEE_FP32=x.dtype == torch.float32, BLOCK_M=SMALL_M_TILE,
-            BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, num_warps=4, num_stages=4,
-        )  # fmt: skip
-    if partial is not None:
-        block = 1024
-        _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
-            partial, bias_arg, out, num_tokens, out_features, out.stride(0), plan.split_k,
-            HAS_BIAS=has_bias, BLOCK=block, num_warps=4,
-        )  # fmt: skip
+    if num_tokens == 0:
+        return out.view(*x.shape[:-1], out_features)
+    plan = plan_gemv(num_tokens, out_features, in_features, _num_sms(x.device), config)
+    _launch(x2d, weight, bias, out, plan)
     return out.view(*x.shape[:-1], out_features)
 
 
-@dataclass(frozen=True)
-class GemvPlan:
-    """Tiling of one (M, N, K) problem; a pure function of the shape (graph-capture safe)."""
+def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
+    config, (num_tokens, in_features), out_features = plan.config, x.shape, weight.shape[0]
+    split = _split_mode(plan, x.device)
+    partial = out  # unused without a split
+    if split != NO_SPLIT:
+        partial_shape = (plan.split_k, num_tokens, out_features)  # float32 partial sums
+        partial = torch.empty(partial_shape, dtype=torch.float32, device=x.device)
+    counters = _counters(x.device) if split == SPLIT_LAST else out
+    has_bias = bias is not None
+    bias_arg = bias if has_bias else weight
+    args = (x, weight, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
+            x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split)  # fmt: skip
+    constants = dict(
+        HAS_BIAS=has_bias,
+        SPLIT=split,
+        NUM_SPLITS=plan.split_k,
+        EVEN_K=in_features % config.block_k == 0,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        num_warps=config.num_warps,
+    )
+    grid = (plan.row_blocks, plan.split_k)
+    if config.kernel == "fma":
+        _gemv_fma_kernel[grid](*args, VEC=16 // x.element_size(), **constants)
+    else:
+        ieee = x.dtype == torch.float32
+        _gemv_dot_kernel[grid](*args, IEEE_FP32=ieee, BLOCK_M=plan.block_m,
+                               num_stages=config.num_stages, **constants)  # fmt: skip
+    if split == SPLIT_REDUCE:
+        block = 256
+        _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
+            partial, bias_arg, out, num_tokens, out_features, out.stride(0), HAS_BIAS=has_bias,
+            NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4,
+        )  # fmt: skip
 
-    block_n: int  # rows of W per program
-    block_k: int  # columns per step
-    split_k: int  # programs sharing one row block's K range
-    k_per_split: int  # columns per split, a multiple of block_k
+
+def _split_mode(plan: GemvPlan, device: torch.device) -> int:
+    if plan.split_k == 1:
+        return NO_SPLIT
+    if plan.config.fixup == "reduce" or plan.row_blocks > COUNTER_SLOTS:
+        return SPLIT_REDUCE
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if capturing and device not in _COUNTERS:
+        return SPLIT_REDUCE  # zeroing the counters now would only be recorded, not done
+    return SPLIT_LAST
 
 
-@functools.lru_cache(maxsize=256)
-def plan_gemv(
-    num_tokens: int,
-    out_features: int,
-    in_features: int,
-    num_sms: int,
-    block_n: int | None = None,
-    block_k: int = 128,
-) -> GemvPlan:
-    """Rows per program and K splits: enough programs for WAVES per SM, each reading >= 2 chunks.
-    block_n / block_k override the tile (benchmarks sweep them)."""
-    if block_n is None and num_tokens == 1:
-        block_n = 16  # [16, 128] tile: 2 16-byte loads of W (and 2 of x) per thread per step
-    elif block_n is None:
-        block_n = 32 if out_features >= 32 * WAVES * num_sms else 16
-    row_blocks = triton.cdiv(out_features, block_n)
-    k_chunks = triton.cdiv(in_features, block_k)
-    wanted = triton.cdiv(WAVES * num_sms, row_blocks)
-    split_k = max(1, min(wanted, k_chunks // 2, 32))
-    chunks_per_split = triton.cdiv(k_chunks, split_k)
-    split_k = triton.cdiv(k_chunks, chunks_per_split)  # drop splits that would get no chunk
-    return GemvPlan(block_n, block_k, split_k, chunks_per_split * block_k)
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counters(device: torch.device) -> torch.Tensor:
+    """[COUNTER_SLOTS] int32 arrival counts per row block, zero between launches: the last program
+    of a row block resets its slot. NOTE: shared by every call on the device, so two split launches
+    must not run at once on different streams."""
+    if device not in _COUNTERS:
+        _COUNTERS[device] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return _COUNTERS[device]
 
 
 @functools.lru_cache(maxsize=8)
@@ -276,3 +237,195 @@ def _num_sms(device: torch.device) -> int:
     return _num_sms_cached(
         device.index if device.index is not None else torch.cuda.current_device()
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# kernels
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _gemv_dot_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [N, K]
+    bias_ptr,  # [N]
+    out_ptr,  # [M, N]
+    partial_ptr,  # [NUM_SPLITS, M, N] float32 (SPLIT)
+    counter_ptr,  # [COUNTER_SLOTS] int32 (SPLIT_LAST)
+    M,
+    N,
+    K,
+    stride_x,
+    stride_w,
+    stride_out,
+    k_per_split,  # a multiple of BLOCK_K
+    HAS_BIAS: tl.constexpr,
+    SPLIT: tl.constexpr,  # NO_SPLIT, SPLIT_REDUCE or SPLIT_LAST
+    NUM_SPLITS: tl.constexpr,  # grid axis 1
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no column masks
+    IEEE_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    row_ids = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    token_ids = tl.arange(0, BLOCK_M)
+    # NOTE: clamped indices keep the loads of ragged edges in bounds without masks; the final store
+    # drops the duplicated rows and tokens.
+    rows = tl.minimum(row_ids, N - 1).to(tl.int64)
+    tokens = tl.minimum(token_ids, M - 1)
+    k_begin = pid_k * k_per_split
+    k_len = tl.minimum(K - k_begin, k_per_split)
+    cols = tl.arange(0, BLOCK_K)
+    w_ptrs = w_ptr + rows[:, None] * stride_w + k_begin + cols[None, :]  # [BLOCK_N, BLOCK_K]
+    x_ptrs = x_ptr + tokens[None, :] * stride_x + k_begin + cols[:, None]  # x^T [BLOCK_K, BLOCK_M]
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    for offset in range(0, k_len, BLOCK_K):
+        if EVEN_K:
+            w = tl.load(w_ptrs + offset)
+            x = tl.load(x_ptrs + offset)
+        else:
+            in_k = offset + cols < k_len
+            w = tl.load(w_ptrs + offset, mask=in_k[None, :], other=0.0)
+            x = tl.load(x_ptrs + offset, mask=in_k[:, None], other=0.0)
+        if IEEE_FP32:
+            acc = tl.dot(w, x, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, x, acc)
+    _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
+            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+
+
+@triton.jit
+def _gemv_fma_kernel(
+    x_ptr,  # [1, K]
+    w_ptr,  # [N, K]
+    bias_ptr,  # [N]
+    out_ptr,  # [1, N]
+    partial_ptr,  # [NUM_SPLITS, 1, N] float32 (SPLIT)
+    counter_ptr,  # [COUNTER_SLOTS] int32 (SPLIT_LAST)
+    M,  # 1
+    N,
+    K,
+    stride_x,
+    stride_w,
+    stride_out,
+    k_per_split,  # a multiple of BLOCK_K
+    HAS_BIAS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    VEC: tl.constexpr,  # elements per 16-byte load
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    row_ids = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.minimum(row_ids, N - 1)  # clamped: see _gemv_dot_kernel
+    k_begin = pid_k * k_per_split
+    k_len = tl.minimum(K - k_begin, k_per_split)
+    # [chunks, rows, VEC]: rows vary slowest across threads, so a warp's 16-byte loads cover a
+    # contiguous run of one row and each thread holds several rows at the same columns.
+    cols = tl.arange(0, BLOCK_K // VEC)[:, None, None] * VEC + tl.arange(0, VEC)[None, None, :]
+    w_ptrs = w_ptr + rows.to(tl.int64)[None, :, None] * stride_w + k_begin + cols
+    # NOTE: x through the same pointer shape with a zero row stride gets W's register layout, and a
+    # thread's loads of one x chunk for its several rows are merged into one (no shared memory).
+    x_ptrs = x_ptr + (rows * 0)[None, :, None] + k_begin + cols
+    acc = tl.zeros([BLOCK_K // VEC, BLOCK_N, VEC], tl.float32)
+    w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)
+    x_next = _load_columns(x_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K).to(tl.float32)
+    for offset in range(0, k_len, BLOCK_K):
+        w, x = w_next, x_next
+        # double buffering: the next tile's loads are issued before this tile's multiply-adds
+        w_next = _load_columns(w_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
+        x_next = _load_columns(x_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
+        x_next = x_next.to(tl.float32)
+        acc += w.to(tl.float32) * x
+    y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
+    _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
+            counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+
+
+@triton.jit
+def _load_columns(ptrs, cols, offset, k_len, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The tile at ptrs + offset, zero at columns >= k_len."""
+    if EVEN_K:
+        # k_len is a multiple of BLOCK_K, so only the final prefetch falls outside: it reads the
+        # last tile again (an L1 hit, never used) and no load needs a mask
+        return tl.load(ptrs + tl.minimum(offset, k_len - BLOCK_K))
+    return tl.load(ptrs + offset, mask=offset + cols < k_len, other=0.0)
+
+
+@triton.jit
+def _finish(
+    acc,  # [BLOCK_N, BLOCK_M] float32
+    row_ids,  # [BLOCK_N] (unclamped)
+    token_ids,  # [BLOCK_M] (unclamped)
+    M,
+    N,
+    bias_ptr,
+    out_ptr,
+    stride_out,
+    partial_ptr,
+    counter_ptr,
+    pid_n,
+    pid_k,
+    HAS_BIAS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+):
+    mask = (row_ids[:, None] < N) & (token_ids[None, :] < M)
+    if SPLIT == 0:
+        _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out, HAS_BIAS)
+    else:
+        partials = partial_ptr + token_ids[None, :] * N + row_ids[:, None]  # split 0's [N, M] view
+        tl.store(partials + pid_k * M * N, acc, mask=mask)
+        if SPLIT == 2:
+            # NOTE: the barrier orders every thread's partial store before the (release) arrival;
+            # the program that sees all others arrived (acquire) sums the splits in order 0, 1, ...
+            # so the result does not depend on which one came last.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counter_ptr + pid_n, 1, sem="acq_rel")
+            if arrived == NUM_SPLITS - 1:
+                total = tl.zeros(acc.shape, tl.float32)
+                for split in tl.static_range(NUM_SPLITS):  # unrolled: all loads in flight at once
+                    total += tl.load(partials + split * M * N, mask=mask, other=0.0,
+                                     cache_modifier=".cg")  # fmt: skip
+                tl.store(counter_ptr + pid_n, 0)  # ready for the next launch
+                _store_output(total, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
+                              HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
+                  HAS_BIAS: tl.constexpr):  # fmt: skip
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + row_ids, mask=row_ids < N, other=0.0).to(tl.float32)[:, None]
+    out = out_ptr + token_ids[None, :] * stride_out + row_ids[:, None]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _reduce_splits_kernel(
+    partial_ptr,  # [NUM_SPLITS, M, N] float32
+    bias_ptr,  # [N]
+    out_ptr,  # [M, N]
+    M,
+    N,
+    stride_out,
+    HAS_BIAS: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    token = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    acc = tl.full([BLOCK], 0.0, tl.float32)
+    for split in tl.static_range(NUM_SPLITS):  # unrolled: all loads in flight at once
+        acc += tl.load(partial_ptr + (split * M + token) * N + cols, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + token * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)

@@ -1,8 +1,9 @@
 """Small-M linear (gossamer/kernels/gemv.py) against torch.nn.functional.linear.
 
-CPU tests run the kernels in the Triton interpreter on tiny fp32/fp16 problems, with shapes picked so
-that both kernels (M == 1 and the tl.dot path), the split-K reduction and ragged row/column edges
-are all exercised. GPU tests (`-m gpu`) run the decode projections of gpt-oss-120b in bf16.
+CPU tests run the kernels in the Triton interpreter on tiny fp32/fp16 problems, with tiles small
+enough that both kernels (tensor-core "dot" and M == 1 "fma"), both split-K fix-ups, ragged row
+edges and K tails that are not a multiple of the tile are all exercised. GPU tests (`-m gpu`) run
+the decode projections of gpt-oss-120b in bf16, and a CUDA-graph replay of the split fix-up.
 """
 
 from __future__ import annotations
@@ -11,17 +12,27 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gossamer.kernels.gemv import plan_gemv
+from gossamer.kernels.gemv import GemvConfig, plan_gemv
 from tests.kernels.interpreted import DEVICE, kernel_fixture
 
 gemv = kernel_fixture("gemv")
 
+# tiles for tiny problems: 16 rows x 16 or 32 columns, so K = 200 has a ragged tail
+TINY = {
+    "dot": GemvConfig(kernel="dot", block_n=16, block_k=32, num_warps=1),
+    "dot_reduce": GemvConfig(kernel="dot", block_n=16, block_k=32, fixup="reduce", num_warps=1),
+    "dot_no_split": GemvConfig(kernel="dot", block_n=16, block_k=16, split_k=1, num_warps=1),
+    "fma": GemvConfig(kernel="fma", block_n=8, block_k=32, num_warps=1),
+    "fma_reduce": GemvConfig(kernel="fma", block_n=8, block_k=32, fixup="reduce", num_warps=1),
+    "fma_no_split": GemvConfig(kernel="fma", block_n=8, block_k=16, split_k=1, num_warps=1),
+}
+
 
 def _problem(m: int, n: int, k: int, dtype: torch.dtype, seed: int, device: str = DEVICE):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, k, generator=g).to(dtype).to(device)
-    weight = (torch.randn(n, k, generator=g) / k**0.5).to(dtype).to(device)
-    bias = torch.randn(n, generator=g).to(dtype).to(device)
+    g = torch.Generator(device).manual_seed(seed)  # on the device: the unembedding is 579M values
+    x = torch.randn(m, k, generator=g, device=device).to(dtype)
+    weight = (torch.randn(n, k, generator=g, device=device) / k**0.5).to(dtype)
+    bias = torch.randn(n, generator=g, device=device).to(dtype)
     return x, weight, bias
 
 
@@ -30,40 +41,72 @@ def _exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return F.linear(x.double(), weight.double(), None if bias is None else bias.double())
 
 
-@pytest.mark.parametrize("m", [1, 2, 5, 16])
-@pytest.mark.parametrize("n,k", [(70, 200), (24, 1000), (128, 384)])
-def test_float32_matches_exact(gemv, m, n, k):
+@pytest.mark.parametrize("config", TINY.keys())
+@pytest.mark.parametrize("m", [1, 2, 3, 8])
+@pytest.mark.parametrize("n,k", [(70, 200), (16, 256)])
+def test_float32_matches_exact(gemv, config, m, n, k):
     x, weight, bias = _problem(m, n, k, torch.float32, seed=m * n + k)
-    out = gemv.gemv(x, weight, bias)
+    out = gemv.gemv(x, weight, bias, TINY[config])
     assert out.shape == (m, n) and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), _exact(x, weight, bias), atol=2e-5, rtol=2e-5)
 
 
-@pytest.mark.parametrize("m", [1, 3])
-def test_float16_rounds_once_from_a_float32_sum(gemv, m):
+def test_tiny_configs_cover_split_and_tail():
+    """The parametrization above means what it says: these plans split K, others do not."""
+    for name, config in TINY.items():
+        plan = plan_gemv(1, 70, 200, 4, config)
+        assert (plan.split_k > 1) == ("no_split" not in name), name
+        assert plan.config.kernel == config.kernel
+        assert 200 % config.block_k != 0  # a ragged K tail everywhere
+    assert plan_gemv(3, 70, 200, 4, TINY["fma"]).config.kernel == "dot"  # fma serves M == 1 only
+
+
+@pytest.mark.parametrize("config", ["dot", "fma", "dot_no_split"])
+@pytest.mark.parametrize("m", [1, 5])
+def test_float16_rounds_once_from_a_float32_sum(gemv, config, m):
     x, weight, bias = _problem(m, 40, 1000, torch.float16, seed=11)
-    out = gemv.gemv(x, weight, bias)
+    out = gemv.gemv(x, weight, bias, TINY[config])
     assert out.dtype == torch.float16
     expected = _exact(x, weight, bias).to(torch.float16)
     torch.testing.assert_close(out, expected, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("config", ["dot", "fma_no_split", "dot_reduce"])
 @pytest.mark.parametrize("m", [1, 4])
-def test_without_bias(gemv, m):
+def test_without_bias(gemv, config, m):
     x, weight, _ = _problem(m, 33, 300, torch.float32, seed=5)
-    out = gemv.gemv(x, weight, None)
+    out = gemv.gemv(x, weight, None, TINY[config])
     torch.testing.assert_close(out.double(), _exact(x, weight, None), atol=2e-5, rtol=2e-5)
 
 
-def test_split_k_is_exercised_and_covers_every_column():
-    # the interpreter plans for 4 SMs: 24 rows -> 2 row blocks, so K=1000 is split
-    plan = plan_gemv(1, 24, 1000, 4)
-    assert plan.split_k > 1
-    for m, n, k, sms in [(1, 24, 1000, 4), (1, 5120, 2880, 132), (1, 128, 2880, 132),
-                         (8, 2880, 4096, 132), (1, 201088, 2880, 132), (16, 32, 2880, 132)]:  # fmt: skip
+@pytest.mark.parametrize("kernel", ["dot", "fma"])
+def test_fixups_add_splits_in_the_same_order(gemv, kernel):
+    """The last-arriving program and the reduce kernel both add the partials in split order and
+    then the bias, so their results are bitwise equal; the counters are back at zero after."""
+    x, weight, bias = _problem(1, 70, 1000, torch.float32, seed=9)
+    last = gemv.gemv(x, weight, bias, TINY[kernel])
+    reduced = gemv.gemv(x, weight, bias, TINY[f"{kernel}_reduce"])
+    assert torch.equal(last, reduced)
+    assert not gemv._counters(x.device).any()
+    assert torch.equal(gemv.gemv(x, weight, bias, TINY[kernel]), last)  # a second launch agrees
+
+
+def test_default_configs_and_plans_cover_every_column():
+    # the interpreter plans for 4 SMs: 24 rows -> 1 row block, so K=1000 is split
+    assert plan_gemv(1, 24, 1000, 4).split_k > 1
+    cases = [(1, 24, 1000, 4), (1, 5120, 2880, 132), (1, 128, 2880, 132), (8, 2880, 4096, 132),
+             (1, 201088, 2880, 132), (16, 32, 2880, 132), (3, 5120, 2880, 132)]  # fmt: skip
+    for m, n, k, sms in cases:
         plan = plan_gemv(m, n, k, sms)
-        assert plan.k_per_split % plan.block_k == 0
+        assert plan.k_per_split % plan.config.block_k == 0
         assert (plan.split_k - 1) * plan.k_per_split < k <= plan.split_k * plan.k_per_split
+        assert plan.block_m >= m and plan.row_blocks * plan.config.block_n >= n
+    # 132 SMs: QKV and O are split into several programs per SM, the router over most SMs, and the
+    # unembedding (thousands of row blocks) not at all
+    for n, k, programs in [(5120, 2880, 4 * 132), (2880, 4096, 4 * 132), (128, 2880, 100)]:
+        plan = plan_gemv(1, n, k, 132)
+        assert plan.row_blocks * plan.split_k >= programs
+    assert plan_gemv(1, 201088, 2880, 132).split_k == 1
 
 
 def test_strided_input_rows_and_leading_dims(gemv):
@@ -71,19 +114,31 @@ def test_strided_input_rows_and_leading_dims(gemv):
     x = wide[:, 0, :]  # row stride 200
     _, weight, bias = _problem(1, 20, 100, torch.float32, seed=2)
     torch.testing.assert_close(
-        gemv.gemv(x, weight, bias).double(), _exact(x, weight, bias), atol=2e-5, rtol=2e-5
-    )
+        gemv.gemv(x, weight, bias, TINY["dot"]).double(), _exact(x, weight, bias), atol=2e-5,
+        rtol=2e-5,
+    )  # fmt: skip
     batched = torch.randn(2, 3, 100, device=DEVICE)  # [..., K] keeps its leading dims
-    out = gemv.gemv(batched, weight, bias)
+    out = gemv.gemv(batched, weight, bias, TINY["dot"])
     assert out.shape == (2, 3, 20)
     torch.testing.assert_close(out.double(), _exact(batched, weight, bias), atol=2e-5, rtol=2e-5)
+    assert gemv.gemv(batched[:0], weight, bias).shape == (0, 3, 20)
 
 
-def test_linear_hands_large_batches_to_torch(gemv):
+def test_linear_hands_large_batches_to_torch(gemv, monkeypatch):
     x, weight, bias = _problem(gemv.GEMV_MAX_M + 1, 16, 64, torch.float32, seed=4)
     assert torch.equal(gemv.linear(x, weight, bias), F.linear(x, weight, bias))
     with pytest.raises(ValueError, match="at most"):
-        gemv.gemv(torch.randn(17, 64, device=DEVICE), weight, bias)
+        gemv.gemv(torch.randn(gemv.MAX_ROWS + 1, 64, device=DEVICE), weight, bias)
+    with pytest.raises(ValueError, match="unknown"):
+        GemvConfig(fixup="atomic")
+    monkeypatch.setattr(gemv, "GEMV_MAX_M", 8)  # switched on: small batches go to Triton
+    calls = []
+    monkeypatch.setattr(gemv, "gemv", lambda *args: calls.append(args) or F.linear(*args))
+    gemv.linear(x[:8], weight, bias)
+    assert len(calls) == 1
+    monkeypatch.setattr(gemv, "shape_class", lambda n, k: "huge")  # the unembedding: cuBLAS
+    gemv.linear(x[:8], weight, bias)
+    assert len(calls) == 1
 
 
 # (name, out_features, in_features): the dense projections of one gpt-oss-120b decode step
@@ -94,20 +149,60 @@ GPT_OSS_SHAPES = [
     ("router_20b", 32, 2880),
     ("unembedding", 201088, 2880),
 ]
+GPU_CONFIGS = {
+    "dot_reduce": GemvConfig(fixup="reduce"),
+    "fma": GemvConfig(kernel="fma", block_n=16, block_k=256, num_warps=4),
+    "dot_ragged_k": GemvConfig(block_n=32, block_k=128, num_stages=3),  # 2880 % 128 != 0
+}
+
+
+def _check_bf16(out, x, weight, bias):
+    exact = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+    # float32 accumulation in either order, then one bf16 rounding: within a bf16 ulp or two
+    torch.testing.assert_close(out.float(), exact, atol=2e-2, rtol=1e-2)
+    cublas = F.linear(x, weight, bias).float()
+    assert (out.float() - exact).abs().mean() <= 1.2 * (cublas - exact).abs().mean() + 1e-6
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 2, 8, 16])
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("name,n,k", GPT_OSS_SHAPES)
 def test_gpu_gpt_oss_projections_bf16(name, n, k, m):
     from gossamer.kernels import gemv as compiled
 
     x, weight, bias = _problem(m, n, k, torch.bfloat16, seed=n + m, device="cuda")
     bias = None if name == "unembedding" else bias
-    out = compiled.gemv(x, weight, bias)
-    exact = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
-    # float32 accumulation in either order, then one bf16 rounding: within a bf16 ulp or two
-    torch.testing.assert_close(out.float(), exact, atol=2e-2, rtol=1e-2)
-    cublas = F.linear(x, weight, bias).float()
-    ours_error = (out.float() - exact).abs().mean()
-    assert ours_error <= 1.2 * (cublas - exact).abs().mean() + 1e-6
+    _check_bf16(compiled.gemv(x, weight, bias), x, weight, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", GPU_CONFIGS.keys())
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("name,n,k", GPT_OSS_SHAPES[:3])
+def test_gpu_other_configs_bf16(name, n, k, m, config):
+    from gossamer.kernels import gemv as compiled
+
+    x, weight, bias = _problem(m, n, k, torch.bfloat16, seed=n + m, device="cuda")
+    _check_bf16(compiled.gemv(x, weight, bias, GPU_CONFIGS[config]), x, weight, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fixup", ["last", "reduce"])
+def test_gpu_split_fixup_replays_in_a_cuda_graph(fixup):
+    """Counters must return to zero inside the graph: replays give the same bits as eager calls."""
+    from gossamer.kernels import gemv as compiled
+
+    config = GemvConfig(fixup=fixup)
+    weights = [_problem(4, 128, 2880, torch.bfloat16, seed=s, device="cuda") for s in range(3)]
+    eager = [compiled.gemv(x, w, b, config) for x, w, b in weights]  # also warms the kernels
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [compiled.gemv(x, w, b, config) for x, w, b in weights]
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        for out, expected in zip(outs, eager, strict=True):
+            assert torch.equal(out, expected)
+    assert plan_gemv(4, 128, 2880, compiled._num_sms(torch.device("cuda")), config).split_k > 1
+    assert not compiled._counters(torch.device("cuda", torch.cuda.current_device())).any()
