@@ -186,6 +186,20 @@ def transformers_decode(steps: int = 16) -> dict:
     }
 
 
+def apply_tuning(args: argparse.Namespace) -> dict:
+    """Configs from this run's sweeps (benchmarks/tuning.py), printed and kept in the JSON."""
+    from tuning import apply_gemv_sweep, apply_moe_sweep
+
+    tuned = {}
+    if args.moe_sweep:
+        tuned["moe"] = apply_moe_sweep(args.moe_sweep)
+    if args.gemv_sweep:
+        tuned["gemv"] = apply_gemv_sweep(args.gemv_sweep)
+    if tuned:
+        print(f"tuned: {json.dumps(tuned)}")
+    return tuned
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default="gpt-oss-120b,gpt-oss-20b")
@@ -196,8 +210,21 @@ def main() -> None:
     parser.add_argument("--ops", default="auto")
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument("--transformers", action="store_true", help="also time transformers")
+    parser.add_argument(
+        "--moe-decode",
+        choices=("default", "fp32", "fp16"),
+        default="default",
+        help="which MXFP4 GEMV serves T*top_k <= 32 (gossamer/kernels/moe_mxfp4.py)",
+    )
+    parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
+    parser.add_argument("--gemv-sweep", help="gemv_sweep.py JSON: use its best configs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    tuned = apply_tuning(args)
+    if args.moe_decode != "default":
+        from gossamer.kernels import moe_mxfp4
+
+        moe_mxfp4.DECODE_FP16 = args.moe_decode == "fp16"
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     bandwidth = copy_bandwidth(gib=4)
@@ -218,6 +245,7 @@ def main() -> None:
         "args": {k: v for k, v in vars(args).items()},
         "rows": [asdict(r) for r in rows],
         "transformers": reference,
+        "tuned": tuned,
     }
     try:
         import triton

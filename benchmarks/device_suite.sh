@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything the GPU numbers in BENCHMARKS.md come from, in one device call:
 #   bash benchmarks/device_suite.sh [quick]      (BENCH_KERNELS=... picks kernel benchmarks)
-# GPU tests, per-kernel benchmarks, decode speed (120b and 20b dummy weights, transformers beside),
-# engine host overhead. Logs and JSON are packed into $OUT/results.tgz after every step, so a call
+# GPU tests, the GEMV sweep (and the MoE sweep with MOE_SWEEP=1), decode speed with the swept
+# configs (120b and 20b dummy weights; TRANSFORMERS=1 times transformers beside), speculative
+# decoding, per-kernel benchmarks, engine host overhead. Variables: GPU_TESTS, SKIP_TESTS,
+# SKIP_GEMV_SWEEP, DECODE_ARGS (extra decode_speed.py flags), EAGLE3_HEAD. Logs and JSON are packed into $OUT/results.tgz after every step, so a call
 # cut short still returns what finished (the device returns at most 8 files).
 set -u
 export PYTHONUNBUFFERED=1
@@ -21,12 +23,22 @@ step() {  # step NAME TIMEOUT COMMAND...: run with a time limit, keep the log, s
 }
 { nvidia-smi; python3 -c "import torch, triton, transformers, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > "$R/env.log" 2>&1
 tail -n 2 "$R/env.log"
-[ "${SKIP_TESTS:-}" ] || step gpu_tests 150 python3 -m pytest tests/kernels tests/spec -m gpu -q -p no:cacheprovider
-step decode_speed 240 python3 benchmarks/decode_speed.py --transformers --json "$R/decode_speed.json"
+GPU_TESTS=${GPU_TESTS:-tests/kernels tests/spec}
+[ "${SKIP_TESTS:-}" ] || step gpu_tests 200 python3 -m pytest $GPU_TESTS -m gpu -q -p no:cacheprovider
+# Sweeps first: decode_speed runs with the configs they measured best (benchmarks/tuning.py).
+[ "${SKIP_GEMV_SWEEP:-}" ] || step gemv_sweep 150 python3 benchmarks/gemv_sweep.py --out "$R/gemv_sweep.json"
+[ "${MOE_SWEEP:-}" ] && step moe_decode_sweep 120 python3 benchmarks/moe_decode_sweep.py --json "$R/moe_sweep.json"
+TUNED=""
+[ -s "$R/gemv_sweep.json" ] && TUNED="$TUNED --gemv-sweep $R/gemv_sweep.json"
+[ -s "$R/moe_sweep.json" ] && TUNED="$TUNED --moe-sweep $R/moe_sweep.json"
+step decode_speed 240 python3 benchmarks/decode_speed.py ${TRANSFORMERS:+--transformers} $TUNED \
+  ${DECODE_ARGS:-} --json "$R/decode_speed.json"
 step spec_verify_cost 90 python3 benchmarks/spec_decode.py verify-cost --model gpt-oss-120b \
-  --load-format dummy --batch-sizes 1,8 --context 1024 --json "$R/spec_verify.json"
-step spec_e2e_mini 90 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini \
-  --methods none,ngram,suffix --batch-sizes 1,8 --max-tokens 256 --json "$R/spec_e2e_mini.json"
+  --load-format dummy --batch-sizes 1,8 --ks 0,1,2,3,4 --context 1024 --json "$R/spec_verify.json"
+# EAGLE3_HEAD: a head from tools/eagle3/train_mini.py (carried in; checkpoints are not committed)
+step spec_e2e_mini 150 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini \
+  --methods none,ngram,suffix${EAGLE3_HEAD:+,eagle3} ${EAGLE3_HEAD:+--eagle3 $EAGLE3_HEAD} \
+  --batch-sizes 1,8 --max-tokens 256 --json "$R/spec_e2e_mini.json"
 if [ "${1:-}" != "quick" ]; then
   for bench in ${BENCH_KERNELS:-kernels_moe kernels_attention kernels_small moe_decode_sweep}; do
     step "$bench" 120 python3 "benchmarks/$bench.py"
