@@ -216,15 +216,23 @@ def main() -> None:
         default="default",
         help="which MXFP4 GEMV serves T*top_k <= 32 (gossamer/kernels/moe_mxfp4.py)",
     )
+    parser.add_argument(
+        "--moe-max-pairs",
+        type=int,
+        default=None,
+        help="override DECODE_MAX_PAIRS (GEMV vs grouped)",
+    )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument("--gemv-sweep", help="gemv_sweep.py JSON: use its best configs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     tuned = apply_tuning(args)
-    if args.moe_decode != "default":
-        from gossamer.kernels import moe_mxfp4
+    from gossamer.kernels import moe_mxfp4
 
+    if args.moe_decode != "default":
         moe_mxfp4.DECODE_FP16 = args.moe_decode == "fp16"
+    if args.moe_max_pairs is not None:
+        moe_mxfp4.DECODE_MAX_PAIRS = args.moe_max_pairs
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     bandwidth = copy_bandwidth(gib=4)

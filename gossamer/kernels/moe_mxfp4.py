@@ -54,7 +54,10 @@ MXFP4_GROUP = 32  # elements per e8m0 scale
 # costs little (at T=8, k=4, 128 experts: 32 expert reads vs ~28.4 distinct, +13% bytes) and the
 # GEMV avoids the sort, the padded tensor-core tiles and ~10 extra small launches. Above it the
 # grouped path reads each chosen expert once. benchmarks/kernels_moe.py times both around it.
-DECODE_MAX_PAIRS = 32
+# NOTE: 128 (T <= 32) is a prediction from the packed-fp16 GEMV's T=1 and T=4 times (about 25 us
+# per (token, slot) against the grouped path's 26.5 ms steps at T=16); decode_speed.py's
+# --moe-max-pairs 32 measures the old crossover beside it.
+DECODE_MAX_PAIRS = 128
 
 # Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).
 DECODE_GATE_UP = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 16, "num_warps": 4}
