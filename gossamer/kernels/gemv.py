@@ -34,10 +34,11 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-# Largest M served by the Triton kernels; above it, cuBLAS. On the H200 (2026-12-02) cuBLAS beat
-# the previous kernels on QKV (10.6 vs 17 us) and O (11.4 vs 15.7 us), so 0 = always cuBLAS until
-# benchmarks/gemv_sweep.py shows these ones ahead.
-GEMV_MAX_M = 0
+# Largest M served by the Triton kernels; above it, cuBLAS. Measured on the H200 (2026-12-02,
+# benchmarks/gemv_sweep.py): with the configs below they beat cuBLAS on QKV, O and the router at
+# M = 1 and 4 (O 8.9 vs 11.4 us, router 3.5 vs 6.2 us, QKV 10.2 vs 10.5 us at M = 1) but not on
+# QKV at M = 8 (10.75 vs 10.46 us).
+GEMV_MAX_M = 4
 MAX_ROWS = 16  # most x rows one call serves (the MMA column tile grows to 16)
 MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
 COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
@@ -62,14 +63,14 @@ class GemvConfig:
             raise ValueError(f"unknown kernel or fixup in {self}")
 
 
-# Defaults per shape class; "<class>_m1", where present, serves M == 1. NOTE: not yet measured on a
-# GPU: chosen from the SASS (instructions per weight byte, shared memory per program) and occupancy
-# arithmetic for 132 SMs. Replace them with benchmarks/gemv_sweep.py's winners.
+# Defaults per shape class; "<class>_m1", where present, serves M == 1. "medium" is the sweep's
+# best over QKV and O at M = 1, 4 and 8 (benchmarks/gemv_sweep.py on the H200, 2026-12-02);
+# "narrow" (the router) kept its first guess, which the sweep measured best too.
 CONFIGS: dict[str, GemvConfig] = {
     # router (N = 32..128): few rows, so many K splits of 3 tiles each, all in flight at once
     "narrow": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=1),
-    # QKV, O and the like: a few hundred row blocks, split so that every SM holds several programs
-    "medium": GemvConfig(block_n=32, block_k=64, num_warps=2),
+    # QKV, O and the like: narrow row blocks, split so that every SM holds about 8 programs
+    "medium": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
 }

@@ -54,10 +54,13 @@ MXFP4_GROUP = 32  # elements per e8m0 scale
 # costs little (at T=8, k=4, 128 experts: 32 expert reads vs ~28.4 distinct, +13% bytes) and the
 # GEMV avoids the sort, the padded tensor-core tiles and ~10 extra small launches. Above it the
 # grouped path reads each chosen expert once. benchmarks/kernels_moe.py times both around it.
-# NOTE: 128 (T <= 32) is a prediction from the packed-fp16 GEMV's T=1 and T=4 times (about 25 us
-# per (token, slot) against the grouped path's 26.5 ms steps at T=16); decode_speed.py's
-# --moe-max-pairs 32 measures the old crossover beside it.
+# With the packed-fp16 GEMV the crossover moved up (H200, 2026-12-02, decode_speed.py): 120b
+# steps at T=16 take 13.7 ms on the GEMV against 26.4 on the grouped path, at T=32 25.0 against
+# 39.0; but 20b (32 experts) at T=32 took 15.9 ms on the GEMV against 13.8 at T=64 on the grouped
+# path. The re-read bytes grow with pairs per expert, so the GEMV also stops at
+# DECODE_PAIRS_PER_EXPERT * E pairs (T <= 16 for 20b, T <= 32 for 120b).
 DECODE_MAX_PAIRS = 128
+DECODE_PAIRS_PER_EXPERT = 2
 
 # Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).
 DECODE_GATE_UP = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 16, "num_warps": 4}
@@ -1563,9 +1566,11 @@ def moe_mxfp4(
 ) -> torch.Tensor:
     """`Ops.moe` on the GPU: x [T, H] (bf16/fp16/fp32), router_logits [T, E] -> [T, H] in x.dtype.
 
-    Picks the GEMV path for MXFP4 experts when T * top_k <= DECODE_MAX_PAIRS (a static choice on
-    shapes, so each CUDA graph captures one path), else the grouped path (also for dense experts)."""
-    if experts.is_mxfp4 and x.shape[0] * top_k <= DECODE_MAX_PAIRS:
+    Picks the GEMV path for MXFP4 experts when T * top_k <= min(DECODE_MAX_PAIRS,
+    DECODE_PAIRS_PER_EXPERT * E) (a static choice on shapes, so each CUDA graph captures one
+    path), else the grouped path (also for dense experts)."""
+    max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * router_logits.shape[1])
+    if experts.is_mxfp4 and x.shape[0] * top_k <= max_pairs:
         decode = moe_mxfp4_decode_fp16 if DECODE_FP16 else moe_mxfp4_decode
         return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     return moe_mxfp4_grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)

@@ -204,7 +204,8 @@ def test_default_configs_match_reference(moe):
     once on each side of the path crossover."""
     experts = _experts(4, 64, 64, seed=3)
     top_k = 4
-    decode_tokens = moe.DECODE_MAX_PAIRS // top_k
+    max_pairs = min(moe.DECODE_MAX_PAIRS, moe.DECODE_PAIRS_PER_EXPERT * 4)
+    decode_tokens = max_pairs // top_k
     for tokens in (1, decode_tokens + 1):
         x, logits = _inputs(tokens, 64, 4, seed=20 + tokens)
         out = moe.moe_mxfp4(x, logits, experts, top_k, LIMIT, ALPHA)
