@@ -173,9 +173,10 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
         )
         engine = EngineCore(loaded.model, None, config)
         for batch in args.batch_sizes:
-            # Warm-up at this batch size (other prompts, so no prefix-cache hits): Triton compiles
-            # each new shape on first use, which once made the first timed row 8x too slow.
-            run_workload(engine, workload(loaded, batch, seed=1000 + batch), 16)
+            # Warm-up: the same batch and length on other prompts (no prefix-cache hits). Triton
+            # compiles kernels for new shapes on first use, and some depend on the context
+            # length, so a short warm-up once left the first method's row 7x too slow.
+            run_workload(engine, workload(loaded, batch, seed=1000 + batch), args.max_tokens)
             before = dict(engine.stats.spec_stats)
             generated, seconds = run_workload(
                 engine, workload(loaded, batch, seed=batch), args.max_tokens
