@@ -5,7 +5,9 @@
 Routing (one kernel, one program per token): top-k of the router logits (ties go to the lower
 expert id), softmax over the chosen k in fp32. Writes expert ids [T*k] int32 and weights [T*k] fp32.
 
-Decode path (T * top_k <= DECODE_MAX_PAIRS), three launches, no host syncs:
+Decode path (few (token, slot) pairs; see `moe_mxfp4` for the limit), three launches, no host
+syncs. Two GEMV variants share this structure: the packed-fp16 one (the default, DECODE_FP16; its
+section below says how it differs) and the fp32 one described here:
   1. routing, which also writes x in fp32 in the "nibble-plane" order the GEMV reads (below);
   2. gate_up GEMV: one program per (block of intermediate pairs, (token, slot)); it streams the
      packed rows 2j (gate) and 2j+1 (up) of its expert, dequantizes in registers, accumulates in
@@ -656,8 +658,9 @@ def moe_mxfp4_decode(
 # ----------------------------------------------------------------------------------------------
 # Decode path, packed-fp16 variant: fewer instructions per weight
 # ----------------------------------------------------------------------------------------------
-# The fp32 GEMV above spends about six instructions per weight (SASS for sm_90: unpack, fp16 ->
-# fp32 conversion, FFMA, x loads), so it is bound by instruction issue, not by HBM. This variant
+# The fp32 GEMV above spends about 5.3 instructions per weight (SASS for sm_90: unpack, fp16 ->
+# fp32 conversion, FFMA, x loads; benchmarks/sass_counts.py), so it is bound by instruction issue,
+# not by HBM. This variant
 # keeps each unpacked 2-lane word as it is and multiplies it with a packed fp16 pair of x in one
 # HFMA2 (two products per instruction, no conversion), accumulating in fp16 only within one
 # 32-element scale group; the group sums are converted to fp32 and scaled there.

@@ -1,0 +1,111 @@
+"""Instructions per weight of the MoE decode GEMVs, from SASS compiled for sm_90 without a GPU.
+
+    PYTHONPATH=. python benchmarks/sass_counts.py
+
+Triton compiles each kernel for an H100/H200 target (`GPUTarget("cuda", 90, 32)`), with pointers
+marked 16-byte aligned as the JIT specializes them at launch. nvdisasm from Triton's bundled CUDA
+tools disassembles the cubin, and the script counts the instructions of the main loop: the
+largest backward branch. Dividing by the weights one loop iteration of one thread handles gives
+instructions per weight, the figure that showed the fp32 GEMV to be issue-bound (BENCHMARKS.md).
+Use the triton version of the GPU image (3.6) for counts that match it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from gossamer.kernels import moe_mxfp4 as moe
+
+H = INTER = 2880  # gpt-oss-120b
+GATE_UP_ARGS = dict(x_ptr="*i32", x_unscale_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32",
+                    scales_ptr="*u8", bias_ptr="*bf16", act_ptr="*fp16", part_ptr="*fp32",
+                    limit="fp32", alpha="fp32", scale_step="i32")  # fmt: skip
+DOWN_ARGS = dict(act_ptr="*i32", ids_ptr="*i32", route_w_ptr="*fp32", words_ptr="*i32",
+                 scales_ptr="*u8", bias_ptr="*bf16", out_ptr="*bf16", scale_step="i32")  # fmt: skip
+OLD_GATE_UP_ARGS = dict(x_planes_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32", scales_ptr="*u8",
+                        bias_ptr="*bf16", act_ptr="*fp32", limit="fp32", alpha="fp32")  # fmt: skip
+
+
+def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int):
+    names = list(fn.arg_names)
+    aligned = {(names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
+               if v.startswith("*")}  # fmt: skip
+    full = dict(signature) | {k: "constexpr" for k in constexprs}
+    source = ASTSource(fn=fn, signature=full, constexprs=constexprs, attrs=aligned)
+    target = GPUTarget("cuda", 90, 32)
+    return triton.compile(source, target=target, options={"num_warps": num_warps})
+
+
+def loop_histogram(compiled) -> collections.Counter:
+    """Opcode counts of the largest loop (from a label to the last branch back to it)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+        text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True).stdout
+    lines = text.splitlines()
+    labels = {
+        m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", line))
+    }
+    best = (0, 0)
+    for i, line in enumerate(lines):
+        target = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", line)
+        if (
+            target
+            and labels.get(target.group(1), i) < i
+            and i - labels[target.group(1)] > best[1] - best[0]
+        ):
+            best = (labels[target.group(1)], i)
+    opcodes = collections.Counter()
+    for line in lines[best[0] : best[1] + 1]:
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        if m:
+            opcodes[m.group(1)] += 1
+    return opcodes
+
+
+def report(name: str, compiled, weights_per_thread: float) -> None:
+    opcodes = loop_histogram(compiled)
+    total = sum(opcodes.values())
+    top = ", ".join(f"{op} {n}" for op, n in opcodes.most_common(8))
+    print(f"{name:44s} {total:5d} per loop, {total / weights_per_thread:5.2f} per weight  ({top})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.parse_args()
+    print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes; instructions per thread")
+    gu, dn = moe.DECODE_FP16_GATE_UP, moe.DECODE_FP16_DOWN
+    kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS,
+                          dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, BLOCK_PAIRS=gu["BLOCK_PAIRS"],
+                               GROUPS_PER_STEP=gu["GROUPS_PER_STEP"], SPLIT_K=gu["SPLIT_K"]),
+                          gu["num_warps"])  # fmt: skip
+    threads = 32 * gu["num_warps"]
+    report("fp16 gate_up (default config)", kernel,
+           gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / threads)  # fmt: skip
+    kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
+                          dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10,
+                               BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],
+                               SPLIT_K=dn["SPLIT_K"]), dn["num_warps"])  # fmt: skip
+    report("fp16 down (default config)", kernel,
+           dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
+    old = moe.DECODE_GATE_UP
+    kernel = compile_sm90(moe._decode_gate_up_kernel, OLD_GATE_UP_ARGS,
+                          dict(H=H, INTER=INTER, TOP_K=4, PTX=False, BLOCK_PAIRS=old["BLOCK_PAIRS"],
+                               GROUPS_PER_STEP=old["GROUPS_PER_STEP"]), old["num_warps"])  # fmt: skip
+    report("fp32 gate_up (the first session's kernel)", kernel,
+           old["BLOCK_PAIRS"] * 2 * old["GROUPS_PER_STEP"] * 32 / (32 * old["num_warps"]))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
