@@ -35,19 +35,20 @@ from timing import copy_bandwidth, graph_seconds_per_call  # noqa: E402
 from gossamer.kernels import moe_mxfp4 as moe  # noqa: E402
 
 # The packed-fp16 GEMV (moe_mxfp4_decode_fp16): BLOCK, GROUPS_PER_STEP, SPLIT_K, num_warps.
+# The packed-fp16 GEMV (moe_mxfp4_decode_fp16): BLOCK, GROUPS_PER_STEP, SPLIT_K, num_warps,
+# NUM_STAGES (0: register double buffer; >= 2: tl.range pipelining through shared memory).
 GATE_UP = [
-    {"BLOCK_PAIRS": bp, "GROUPS_PER_STEP": gs, "SPLIT_K": sk, "num_warps": w}
-    for bp, gs, sk, w in [
-        (32, 8, 1, 4), (16, 8, 1, 2), (64, 8, 1, 4), (32, 4, 1, 4), (16, 16, 1, 4),
-        (32, 8, 2, 4), (16, 8, 2, 2), (64, 8, 3, 8), (32, 16, 2, 4), (8, 8, 1, 1),
-        (64, 4, 1, 4), (128, 4, 1, 8),
+    {"BLOCK_PAIRS": bp, "GROUPS_PER_STEP": gs, "SPLIT_K": sk, "num_warps": w, "NUM_STAGES": ns}
+    for bp, gs, sk, w, ns in [
+        (16, 8, 1, 2, 0), (16, 8, 1, 2, 3), (16, 8, 1, 2, 4), (32, 8, 1, 4, 3), (16, 16, 1, 2, 3),
+        (8, 16, 1, 1, 3), (16, 16, 1, 4, 4), (32, 8, 1, 4, 0), (16, 16, 1, 4, 0), (8, 8, 1, 1, 0),
     ]
 ]  # fmt: skip
 DOWN = [
-    {"BLOCK_ROWS": br, "GROUPS_PER_STEP": gs, "SPLIT_K": sk, "num_warps": w}
-    for br, gs, sk, w in [
-        (8, 8, 1, 4), (16, 4, 1, 4), (4, 8, 1, 2), (8, 4, 1, 2), (16, 8, 1, 4),
-        (8, 8, 2, 4), (16, 4, 2, 4), (32, 4, 1, 4), (4, 16, 1, 4), (32, 8, 2, 8),
+    {"BLOCK_ROWS": br, "GROUPS_PER_STEP": gs, "SPLIT_K": sk, "num_warps": w, "NUM_STAGES": ns}
+    for br, gs, sk, w, ns in [
+        (4, 16, 1, 4, 0), (4, 16, 1, 4, 3), (8, 8, 1, 4, 3), (8, 16, 1, 4, 3), (4, 8, 1, 2, 3),
+        (4, 16, 1, 4, 4), (2, 16, 1, 2, 3), (8, 8, 2, 4, 0), (8, 8, 1, 4, 0), (4, 8, 1, 2, 0),
     ]
 ]  # fmt: skip
 

@@ -798,6 +798,7 @@ def _fp16_gate_up_kernel(
     BLOCK_PAIRS: tl.constexpr,
     GROUPS_PER_STEP: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -832,25 +833,34 @@ def _fp16_gate_up_kernel(
 
     acc_gate = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
     acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
-    w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
-    next_gate = tl.load(gate_w_ptrs, mask=w_mask)
-    next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
-    for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
-        gate_words = tl.reshape(next_gate, tile)
-        up_words = tl.reshape(next_up, tile)
-        d = (g0 - g_lo + GROUPS_PER_STEP) * 4
-        w_mask = j_ok[:, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, :]
-        next_gate = tl.load(gate_w_ptrs + d, mask=w_mask)
-        next_up = tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask)
-
-        s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
-        s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
-        gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
-        up_scale = _e8m0_scale(tl.load(s_ptrs + G, mask=s_mask))
-        xp = x_ptrs + (g0 - g_lo) * 4
-        x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
-        acc_gate += _group_dot(gate_words, xp, x_mask, H // 8) * gate_scale
-        acc_up += _group_dot(up_words, xp, x_mask, H // 8) * up_scale
+    if NUM_STAGES == 0:
+        # Register double buffer: the weights of step g+1 are loaded before step g is computed.
+        w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
+        next_gate = tl.load(gate_w_ptrs, mask=w_mask)
+        next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
+        for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
+            gate_words = tl.reshape(next_gate, tile)
+            up_words = tl.reshape(next_up, tile)
+            d = (g0 - g_lo + GROUPS_PER_STEP) * 4
+            w_mask = j_ok[:, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, :]
+            next_gate = tl.load(gate_w_ptrs + d, mask=w_mask)
+            next_up = tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask)
+            acc_gate, acc_up = _gate_up_step(
+                acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
+                j_ok, kw, step, scale_step, G, H // 8,
+            )  # fmt: skip
+    else:
+        # Triton's pipeliner keeps NUM_STAGES - 1 steps of weights in flight (async copies through
+        # shared memory): more bytes in flight per SM than the register double buffer.
+        for g0 in tl.range(g_lo, g_hi, GROUPS_PER_STEP, num_stages=NUM_STAGES):
+            w_mask = j_ok[:, None] & (g0 * 4 + kw < g_hi * 4)[None, :]
+            d = (g0 - g_lo) * 4
+            gate_words = tl.reshape(tl.load(gate_w_ptrs + d, mask=w_mask), tile)
+            up_words = tl.reshape(tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask), tile)
+            acc_gate, acc_up = _gate_up_step(
+                acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
+                j_ok, kw, step, scale_step, G, H // 8,
+            )  # fmt: skip
 
     x_unscale = tl.load(x_unscale_ptr + token)
     gate = tl.sum(acc_gate, axis=1) * x_unscale
@@ -864,6 +874,23 @@ def _fp16_gate_up_kernel(
         part = part_ptr + ((pid_k * tl.num_programs(1) + pair) * 2) * INTER + j
         tl.store(part, gate, mask=j_ok)
         tl.store(part + INTER, up, mask=j_ok)
+
+
+@triton.jit
+def _gate_up_step(
+    acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi, j_ok, kw, step,
+    scale_step, G: tl.constexpr, PLANE: tl.constexpr,
+):  # fmt: skip
+    """One step of GROUPS_PER_STEP scale groups: scales, x, and the packed-fp16 dot products."""
+    s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
+    s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
+    gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
+    up_scale = _e8m0_scale(tl.load(s_ptrs + G, mask=s_mask))
+    xp = x_ptrs + (g0 - g_lo) * 4
+    x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
+    acc_gate += _group_dot(gate_words, xp, x_mask, PLANE) * gate_scale
+    acc_up += _group_dot(up_words, xp, x_mask, PLANE) * up_scale
+    return acc_gate, acc_up
 
 
 @triton.jit
@@ -921,6 +948,7 @@ def _fp16_down_kernel(
     BLOCK_ROWS: tl.constexpr,
     GROUPS_PER_STEP: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -955,20 +983,25 @@ def _fp16_down_kernel(
     tile: tl.constexpr = (BLOCK_ROWS, K_P2, GROUPS_PER_STEP, 4)
 
     acc = tl.zeros([BLOCK_ROWS, K_P2, GROUPS_PER_STEP], tl.float32)
-    w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
-    next_words = tl.load(w_ptrs, mask=w_mask)
-    for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
-        words = tl.reshape(next_words, tile)
-        d = (g0 - g_lo + GROUPS_PER_STEP) * 4
-        w_mask = (
-            row_slot_ok[:, :, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, None, :]
-        )
-        next_words = tl.load(w_ptrs + d, mask=w_mask)
-
-        s_mask = row_slot_ok[:, :, None] & (g0 + step < g_hi)[None, None, :]
-        scale = _e8m0_scale(tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask))
-        x_mask = slot_ok[None, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
-        acc += _group_dot(words, x_ptrs + (g0 - g_lo) * 4, x_mask, INTER // 8) * scale
+    if NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
+        w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
+        next_words = tl.load(w_ptrs, mask=w_mask)
+        for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
+            words = tl.reshape(next_words, tile)
+            d = (g0 - g_lo + GROUPS_PER_STEP) * 4
+            w_mask = (
+                row_slot_ok[:, :, None]
+                & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, None, :]
+            )
+            next_words = tl.load(w_ptrs + d, mask=w_mask)
+            acc = _down_step(acc, words, s_ptrs, x_ptrs, g0, g_lo, g_hi, row_slot_ok, slot_ok, kw,
+                             step, scale_step, INTER // 8)  # fmt: skip
+    else:  # tl.range pipelining, as in _fp16_gate_up_kernel
+        for g0 in tl.range(g_lo, g_hi, GROUPS_PER_STEP, num_stages=NUM_STAGES):
+            w_mask = row_slot_ok[:, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
+            words = tl.reshape(tl.load(w_ptrs + (g0 - g_lo) * 4, mask=w_mask), tile)
+            acc = _down_step(acc, words, s_ptrs, x_ptrs, g0, g_lo, g_hi, row_slot_ok, slot_ok, kw,
+                             step, scale_step, INTER // 8)  # fmt: skip
 
     bias = tl.load(bias_ptr + expert[None, :] * H + row[:, None], mask=row_slot_ok, other=0.0)
     per_slot = tl.sum(acc, axis=2) * (2.0**-ACT_EXP)
@@ -979,6 +1012,18 @@ def _fp16_down_kernel(
         per_slot += tl.where(pid_k == 0, bias.to(tl.float32), 0.0)
         out = tl.sum(per_slot * route_w[None, :], axis=1)
         tl.store(out_ptr + (pid_k * tl.num_programs(1) + token) * H + row, out, mask=row_ok)
+
+
+@triton.jit
+def _down_step(
+    acc, words, s_ptrs, x_ptrs, g0, g_lo, g_hi, row_slot_ok, slot_ok, kw, step, scale_step,
+    PLANE: tl.constexpr,
+):  # fmt: skip
+    """One step of the down GEMV: scales, the activations and the packed-fp16 dot products."""
+    s_mask = row_slot_ok[:, :, None] & (g0 + step < g_hi)[None, None, :]
+    scale = _e8m0_scale(tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask))
+    x_mask = slot_ok[None, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
+    return acc + _group_dot(words, x_ptrs + (g0 - g_lo) * 4, x_mask, PLANE) * scale
 
 
 @triton.jit

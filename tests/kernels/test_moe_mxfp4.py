@@ -144,13 +144,18 @@ def _with_split(config: dict, gate_up: int, down: int) -> dict:
     }
 
 
-@pytest.mark.parametrize("tokens,split", [(1, (1, 1)), (3, (1, 1)), (1, (2, 1)), (3, (3, 2))])
-def test_fp16_decode_path_matches_reference(moe, tokens, split):
+@pytest.mark.parametrize(
+    "tokens,split,stages",
+    [(1, (1, 1), 0), (3, (1, 1), 0), (1, (2, 1), 0), (3, (3, 2), 0), (3, (2, 1), 3)],
+)
+def test_fp16_decode_path_matches_reference(moe, tokens, split, stages):
     """Hidden 160 (5 groups) and intermediate 96 (3 groups): partial steps, uneven split-K chunks
-    (5 = 1 + 2 + 2, 3 = 1 + 2) and blocks past the end of the rows."""
+    (5 = 1 + 2 + 2, 3 = 1 + 2), blocks past the end of the rows, both loop forms."""
     experts = _experts(8, 160, 96, seed=50)
     x, logits = _inputs(tokens, 160, 8, seed=51 + tokens)
     config = _with_split(TINY_FP16, *split)
+    for kernel_config in config.values():
+        kernel_config["NUM_STAGES"] = stages  # 0: register double buffer; 3: tl.range pipelining
     out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
     assert out.shape == x.shape and out.dtype == x.dtype
     assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
