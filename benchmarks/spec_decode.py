@@ -15,6 +15,9 @@ e2e: each method runs the same greedy workload (chat prompts rendered with Harmo
 has a tokenizer.json: a code rewrite, a quote-heavy summary and an open story; repetitive token
 prompts otherwise) at each batch size, after a warm-up; tok/s counts generated tokens over wall time,
 speedup is against the run without speculation, and the spec stats come from EngineStats.spec_stats.
+graph% is the share of the timed run's target-model steps that replayed a CUDA graph (the eager ones,
+by reason, are in the JSON) and maxStep the slowest engine step: a one-off stall (a Triton compile)
+shows there, not in graph%.
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
@@ -44,7 +47,7 @@ from timing import copy_bandwidth  # noqa: E402
 
 from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
 from gossamer.model.loader import load_model  # noqa: E402
-from gossamer.runner.model_runner import ModelRunner, SeqInput  # noqa: E402
+from gossamer.runner.model_runner import GRAPH, ModelRunner, SeqInput  # noqa: E402
 from gossamer.sampling_params import SamplingParams  # noqa: E402
 from gossamer.spec.config import SpecConfig  # noqa: E402
 
@@ -64,12 +67,16 @@ class E2eRow:
     speedup: float
     mean_accepted_length: float
     acceptance_rate: float
+    graph_fraction: float  # of the target-model steps, those that replayed a CUDA graph
+    slowest_step_ms: float
+    runner_steps: dict[str, int]  # the timed run's steps by mode (EngineStats.runner_steps)
 
     def line(self) -> str:
         return (
             f"{self.method:8s} {self.batch:5d} {self.generated_tokens:7d} {self.seconds:8.2f} "
             f"{self.tokens_per_s:9.1f} {self.speedup:7.2f}x {self.mean_accepted_length:6.2f} "
-            f"{self.acceptance_rate:6.2f}"
+            f"{self.acceptance_rate:6.2f} {100 * self.graph_fraction:6.1f} "
+            f"{self.slowest_step_ms:8.1f}"
         )
 
 
@@ -87,6 +94,9 @@ CHAT_PROMPTS = (
 
 
 def workload(loaded, batch: int, seed: int) -> list[list[int]]:
+    """`batch` prompts; another seed gives other prompts, which share at most the chat template's
+    header with these, so that a warm-up leaves no prefix-cache hits that change the timed run's
+    shapes (a 5-token prefill tail once cost the first row a Triton compile, ~1 s)."""
     tokenizer_file = loaded.checkpoint / "tokenizer.json" if loaded.checkpoint else None
     if tokenizer_file is not None and tokenizer_file.is_file():
         from gossamer.harmony.render import render_chat
@@ -97,7 +107,7 @@ def workload(loaded, batch: int, seed: int) -> list[list[int]]:
         prompts = [
             render_chat(
                 tokenizer,
-                [{"role": "user", "content": CHAT_PROMPTS[i % 3].format(code=code)}],
+                [{"role": "user", "content": _chat_prompt(i, seed, code)}],
                 reasoning_effort="low",
             )
             for i in range(batch)
@@ -110,6 +120,11 @@ def workload(loaded, batch: int, seed: int) -> list[list[int]]:
         phrase = torch.randint(0, vocab, (12,), generator=gen).tolist()
         prompts.append(phrase * 8 + torch.randint(0, vocab, (16,), generator=gen).tolist())
     return prompts
+
+
+def _chat_prompt(index: int, seed: int, code: str) -> str:
+    # NOTE: the seed tag comes first so that prompts of two seeds part right after the header.
+    return f"(task {seed}) " + CHAT_PROMPTS[index % 3].format(code=code)
 
 
 def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
@@ -141,17 +156,21 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
 
 def run_workload(
     engine: EngineCore, prompts: list[list[int]], max_tokens: int
-) -> tuple[int, float]:
+) -> tuple[int, float, float]:
+    """Returns (generated tokens, seconds, seconds of the slowest step)."""
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     for i, prompt in enumerate(prompts):
         engine.add_request(f"r{time.monotonic_ns()}-{i}", prompt, params)
     _sync()
-    start = time.perf_counter()
-    generated = 0
+    start = previous = time.perf_counter()
+    generated, slowest = 0, 0.0
     while engine.has_unfinished_requests():
+        # NOTE: a step ends with the host reading the sampled tokens, so its wall time is its cost
         generated += sum(len(out.new_token_ids) for out in engine.step())
+        now = time.perf_counter()
+        slowest, previous = max(slowest, now - previous), now
     _sync()
-    return generated, time.perf_counter() - start
+    return generated, time.perf_counter() - start, slowest
 
 
 def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
@@ -178,10 +197,12 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
             # length, so a short warm-up once left the first method's row 7x too slow.
             run_workload(engine, workload(loaded, batch, seed=1000 + batch), args.max_tokens)
             before = dict(engine.stats.spec_stats)
-            generated, seconds = run_workload(
+            steps_before = dict(engine.stats.runner_steps)
+            generated, seconds, slowest = run_workload(
                 engine, workload(loaded, batch, seed=batch), args.max_tokens
             )
-            stats = _delta(before, engine.stats.spec_stats)
+            stats = _delta(before, engine.stats.spec_stats, "num_")
+            steps = _delta(steps_before, engine.stats.runner_steps)
             speed = generated / seconds
             if name == "none":
                 baseline[batch] = speed
@@ -195,6 +216,9 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
                 speed / baseline.get(batch, speed),
                 1 + stats.get("num_accepted_tokens", 0) / drafts if drafts else 1.0,
                 stats.get("num_accepted_tokens", 0) / max(stats.get("num_draft_tokens", 0), 1),
+                steps.get(GRAPH, 0) / max(sum(steps.values()), 1),
+                1e3 * slowest,
+                steps,
             )
             rows.append(row)
             print(row.line(), flush=True)
@@ -203,8 +227,10 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
     return rows
 
 
-def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {key: after[key] - before.get(key, 0) for key in after if key.startswith("num_")}
+def _delta(before: dict, after: dict, prefix: str = "") -> dict:
+    """The counters (names starting with `prefix`) that changed from `before` to `after`."""
+    changes = {key: value - before.get(key, 0) for key, value in after.items()}
+    return {key: change for key, change in changes.items() if key.startswith(prefix) and change}
 
 
 # ---- verification cost ---------------------------------------------------------------------------
@@ -370,7 +396,7 @@ def main() -> None:
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     args.ks = [int(k) for k in args.ks.split(",")]
     if args.mode == "e2e":
-        print("method   batch  tokens  seconds     tok/s speedup  accLen accRate")
+        print("method   batch  tokens  seconds     tok/s speedup  accLen accRate graph% maxStep")
         rows = [asdict(row) for row in bench_e2e(args)]
     else:
         print("batch    ctx   k mode   ms/step  vs k=0 floor_ms  max tok/s")

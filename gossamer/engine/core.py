@@ -32,6 +32,7 @@ from gossamer.spec.config import SpecConfig
 from gossamer.tokenizer import Tokenizer
 
 GiB = 1 << 30
+UNREPORTED_STEPS = "unreported"  # EngineStats.runner_steps: a runner without step_modes
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class EngineCore:
         self.choices: dict[str, _Choice] = {}  # scheduler request id -> choice
         self.user_requests: dict[str, list[str]] = {}  # user id -> scheduler ids
         self.stats = EngineStats()
+        self._num_runner_steps = 0  # runner.run calls, to spot steps a runner did not count
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -240,6 +242,7 @@ class EngineCore:
         if not seqs:
             return {}, {}
         logits = self.runner.run(seqs)
+        self._num_runner_steps += 1
         ids = [item.request_id for item in sample_items]
         rows = [self._sampling_row(self.choices[rid]) for rid in ids]
         if self.speculator is not None and any(item.num_draft_tokens for item in sample_items):
@@ -346,8 +349,16 @@ class EngineCore:
                 computed = min(item.end_position, item.num_prompt_tokens) - item.start_position
                 stats.prompt_tokens += computed
         stats.generation_tokens += sum(len(update.new_token_ids) for update in updates)
+        stats.runner_steps = self._runner_steps()
         if self.speculator is not None:
             stats.spec_stats = self.speculator.stats()
+
+    def _runner_steps(self) -> dict[str, int]:
+        modes = dict(getattr(self.runner, "step_modes", {}))
+        unreported = self._num_runner_steps - sum(modes.values())
+        if unreported > 0:
+            modes[UNREPORTED_STEPS] = unreported
+        return modes
 
 
 def _add_text(text: TextState, update: RequestUpdate) -> list[int]:

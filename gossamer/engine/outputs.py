@@ -59,4 +59,8 @@ class EngineStats:
     num_preemptions: int = 0  # cumulative
     prompt_tokens: int = 0  # cumulative, computed (not cached) prompt tokens
     generation_tokens: int = 0  # cumulative
+    # cumulative target-model steps by how they ran: "graph" (CUDA-graph replay) or the reason
+    # they ran eagerly (gossamer/runner/model_runner.py, EAGER_*); "unreported" counts steps of a
+    # runner that keeps no count (EAGLE-3's target runner, always eager)
+    runner_steps: dict[str, int] = field(default_factory=dict)
     spec_stats: dict[str, float] = field(default_factory=dict)

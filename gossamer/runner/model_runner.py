@@ -8,7 +8,10 @@ the device, run. The same buffers back the captured graphs.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -20,6 +23,14 @@ DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 # Graphs of multi-token steps (speculative verification: 1 + k tokens per sequence) keep all
 # their logits, [batch * (1 + k), vocab] float32; larger batches fall back to eager.
 MAX_MULTI_TOKEN_GRAPH_SEQS = 32
+
+# How a step ran (ModelRunner.step_modes, EngineStats.runner_steps): replayed a captured graph, or
+# ran eagerly for the reason named. An eager step launches every kernel from Python (milliseconds).
+GRAPH = "graph"
+EAGER_NO_GRAPHS = "eager_no_graphs"  # nothing captured: CPU, torch ops, cuda_graphs off
+EAGER_PREFILL = "eager_prefill"  # some sequence feeds tokens it wants no logits for (prompt chunk)
+EAGER_MIXED = "eager_mixed_query_lens"  # all logits wanted, but query lengths differ
+EAGER_NO_GRAPH_FOR_SHAPE = "eager_no_graph_for_shape"  # uniform, but no graph of that batch and q
 
 
 @dataclass
@@ -39,6 +50,24 @@ def uniform_query_len(seqs: list[SeqInput]) -> int | None:
     if q == 0 or any(len(seq.token_ids) != q or seq.num_logits != q for seq in seqs):
         return None
     return q
+
+
+def plan_step(
+    seqs: list[SeqInput], graph_keys: Collection[tuple[int, int]]
+) -> tuple[tuple[int, int] | None, str]:
+    """(graph key, GRAPH) when a graph of `graph_keys` ((batch size, q) pairs) can replay the
+    step, the smallest whose batch holds it; else (None, the EAGER_* reason)."""
+    if not graph_keys:
+        return None, EAGER_NO_GRAPHS
+    q = uniform_query_len(seqs)
+    if q is None:
+        prefill = any(seq.num_logits != len(seq.token_ids) for seq in seqs)
+        return None, EAGER_PREFILL if prefill else EAGER_MIXED
+    fitting = (size for size, length in graph_keys if length == q and size >= len(seqs))
+    size = min(fitting, default=None)
+    if size is None:
+        return None, EAGER_NO_GRAPH_FOR_SHAPE
+    return (size, q), GRAPH
 
 
 class ModelRunner:
@@ -66,7 +95,11 @@ class ModelRunner:
         # keyed by (number of sequences, tokens per sequence)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.graph_logits: dict[tuple[int, int], torch.Tensor] = {}
-        if cuda_graphs and self.device.type == "cuda" and model.ops.name == "triton":
+        self.step_modes: Counter[str] = Counter()  # steps run, by GRAPH / EAGER_* reason
+        # per graph, the extra outputs of `_forward` ([graph tokens, ...] each), as graph_logits
+        self.graph_extras: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        self.last_extras: tuple[torch.Tensor, ...] = ()  # the last step's, one row per fed token
+        if graphs_possible(model, cuda_graphs):
             sizes = [b for b in graph_sizes if b <= max_num_seqs]
             self.capture_graphs(sizes, graph_query_lens)
 
@@ -164,6 +197,7 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, seqs: list[SeqInput]) -> torch.Tensor:
         """Run one step; returns float32 logits [sum of num_logits, vocab] in sequence order."""
+        self.last_extras = ()
         if not seqs:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         if len(seqs) > self.max_num_seqs:
@@ -171,30 +205,28 @@ class ModelRunner:
         num_tokens, rows, max_query, max_seq = self._fill(seqs)
         if num_tokens > self.max_tokens:
             raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
-        key = self._graph_key(seqs)
+        key, mode = plan_step(seqs, self.graphs)
+        self.step_modes[mode] += 1
         if key is not None:
             return self._replay(key, len(seqs))
         self._upload(num_tokens, len(seqs))
         metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
-        hidden = self.model(
-            self.dev["input_ids"][:num_tokens],
-            self.dev["positions"][:num_tokens],
-            metadata,
-            self.kv_cache,
+        hidden, self.last_extras = self._forward(
+            self.dev["input_ids"][:num_tokens], self.dev["positions"][:num_tokens], metadata
         )
         index = torch.tensor(rows, device=self.device, dtype=torch.long)
         return self.model.compute_logits(hidden[index])
 
-    def _graph_key(self, seqs: list[SeqInput]) -> tuple[int, int] | None:
-        """The captured graph for a uniform step (see `uniform_query_len`)."""
-        if not self.graphs:
-            return None
-        q = uniform_query_len(seqs)
-        if q is None:
-            return None
-        sizes = sorted(size for size, length in self.graphs if length == q)
-        size = next((size for size in sizes if size >= len(seqs)), None)
-        return None if size is None else (size, q)
+    def _forward(
+        self,
+        input_ids: torch.Tensor,  # [T]
+        positions: torch.Tensor,  # [T]
+        metadata: AttentionMetadata,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The step's final hidden states [T, hidden] and its extra outputs, [T, ...] each
+        (`last_extras` after `run`). The same call runs eagerly and inside a captured graph, so a
+        subclass that returns extras (EAGLE-3's aux hidden states) gets them from replays too."""
+        return self.model(input_ids, positions, metadata, self.kv_cache), ()
 
     def _pad(self, num_seqs: int, graph_size: int, q: int) -> None:
         """Padding sequences of q tokens at positions 0..q-1: no KV write, the null block; their
@@ -215,12 +247,19 @@ class ModelRunner:
         self._pad(num_seqs, size, q)
         self._upload(size * q, size)
         self.graphs[key].replay()
-        return self.graph_logits[key][: num_seqs * q]
+        num_tokens = num_seqs * q  # the rows of padding sequences are left out
+        self.last_extras = tuple(extra[:num_tokens] for extra in self.graph_extras.get(key, ()))
+        return self.graph_logits[key][:num_tokens]
 
-    def capture_graphs(self, sizes: list[int], query_lens: tuple[int, ...] = (1,)) -> None:
+    def capture_graphs(
+        self,
+        sizes: list[int],
+        query_lens: tuple[int, ...] = (1,),
+        capture: GraphCapture | EagerGraphCapture | None = None,
+    ) -> None:
         """Capture one graph per (batch size, tokens per sequence), largest first so that they
-        share one memory pool."""
-        pool = None
+        share one memory pool. `capture`: EagerGraphCapture() tests this path on the CPU."""
+        capture = capture or GraphCapture()
         keys = [(size, q) for q in query_lens for size in sizes if size * q <= self.max_tokens]
         keys = [(b, q) for b, q in keys if q == 1 or b <= MAX_MULTI_TOKEN_GRAPH_SEQS]
         for size, q in sorted(keys, key=lambda key: key[0] * key[1], reverse=True):
@@ -233,13 +272,76 @@ class ModelRunner:
             metadata = self._metadata(num_tokens, size, q, self.model.max_model_len, False)
             ids = self.dev["input_ids"][:num_tokens]
             positions = self.dev["positions"][:num_tokens]
-            for _ in range(2):  # warm up: compile kernels and settle allocations
-                self.model.compute_logits(self.model(ids, positions, metadata, self.kv_cache))
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                hidden = self.model(ids, positions, metadata, self.kv_cache)
-                self.graph_logits[(size, q)] = self.model.compute_logits(hidden)
-            pool = graph.pool()
+            graph, (logits, *extras) = capture.capture(
+                partial(self._graph_step, ids, positions, metadata)
+            )
             self.graphs[(size, q)] = graph
+            self.graph_logits[(size, q)] = logits
+            self.graph_extras[(size, q)] = tuple(extras)
+        capture.finish()
+
+    def _graph_step(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
+    ) -> tuple[torch.Tensor, ...]:
+        """What a graph captures: logits of every fed token, then the extras of `_forward`."""
+        hidden, extras = self._forward(input_ids, positions, metadata)
+        return (self.model.compute_logits(hidden), *extras)
+
+
+def graphs_possible(model, cuda_graphs: bool) -> bool:
+    """Whether `model` (anything with `device` and `ops`) can run from captured CUDA graphs: asked
+    for, on the GPU, with the Triton ops (the torch reference syncs with the host mid-step)."""
+    return cuda_graphs and model.device.type == "cuda" and model.ops.name == "triton"
+
+
+class GraphCapture:
+    """Captures step functions as CUDA graphs that share one memory pool (capture the largest
+    first). A step function reads persistent input buffers and returns a tuple of tensors."""
+
+    def __init__(self) -> None:
+        self.pool = None
+
+    def capture(
+        self, step: Callable[[], tuple[torch.Tensor, ...]]
+    ) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]:
+        """(graph, the tensors `step` returned): each `graph.replay()` rewrites them."""
+        for _ in range(2):  # warm up: compile kernels and settle allocations
+            step()
         torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = step()
+        self.pool = graph.pool()
+        return graph, outputs
+
+    def finish(self) -> None:
+        torch.cuda.synchronize()
+
+
+class EagerGraphCapture:
+    """GraphCapture's stand-in where CUDA graphs do not exist (CPU tests): a "replay" runs the
+    step function again on the same persistent buffers and copies its results into the tensors
+    the capture returned. Everything around the graph (keys, buffers, padding rows, slicing the
+    outputs) then runs as it does on the GPU."""
+
+    def capture(
+        self, step: Callable[[], tuple[torch.Tensor, ...]]
+    ) -> tuple[EagerReplay, tuple[torch.Tensor, ...]]:
+        outputs = step()
+        return EagerReplay(step, outputs), outputs
+
+    def finish(self) -> None:
+        return None
+
+
+class EagerReplay:
+    def __init__(
+        self, step: Callable[[], tuple[torch.Tensor, ...]], outputs: tuple[torch.Tensor, ...]
+    ) -> None:
+        self.step, self.outputs = step, outputs
+        self.num_replays = 0
+
+    def replay(self) -> None:
+        self.num_replays += 1
+        for output, fresh in zip(self.outputs, self.step(), strict=True):
+            output.copy_(fresh)
