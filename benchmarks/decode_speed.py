@@ -222,6 +222,12 @@ def main() -> None:
         default=None,
         help="override DECODE_MAX_PAIRS (GEMV vs grouped)",
     )
+    parser.add_argument(
+        "--grouped-ptx",
+        choices=("default", "on", "off"),
+        default="default",
+        help="the grouped MoE kernels' inline-PTX bf16 lanes (GROUPED_INLINE_PTX)",
+    )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument("--gemv-sweep", help="gemv_sweep.py JSON: use its best configs")
     parser.add_argument("--json", default=None)
@@ -233,6 +239,8 @@ def main() -> None:
         moe_mxfp4.DECODE_FP16 = args.moe_decode == "fp16"
     if args.moe_max_pairs is not None:
         moe_mxfp4.DECODE_MAX_PAIRS = args.moe_max_pairs
+    if args.grouped_ptx != "default":
+        moe_mxfp4.GROUPED_INLINE_PTX = args.grouped_ptx == "on"
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     bandwidth = copy_bandwidth(gib=4)

@@ -1579,10 +1579,16 @@ def moe_mxfp4_grouped(
 
 # Inline PTX only when compiling for the GPU: TRITON_INTERPRET (the CPU tests) cannot run it.
 _COMPILED = not _is_interpreted(_decode_gate_up_kernel)
-# Off: the GPU runs the plain-Triton decoding too (the one the CPU tests check). NOTE: off by
-# default since benchmarks/moe_decode_sweep.py measured it faster on the H200 (2026-12-02: the
-# whole T=1 MoE layer 55.8 us without the PTX unpack, 67.2 us with it).
+# The fp32 decode GEMV's inline-PTX unpack. Off: benchmarks/moe_decode_sweep.py measured the
+# plain-Triton decoding faster on the H200 (2026-12-02: the whole T=1 MoE layer 55.8 us without
+# the PTX unpack, 67.2 us with it).
 USE_INLINE_PTX = False
+# The grouped kernels' bf16 lanes scaled by one packed bf16 fma (inline PTX) instead of the
+# fp16 -> fp32 -> bf16 detour: 5.0 against 7.0 SASS instructions per weight (sm_90, triton 3.6,
+# gate_up at BLOCK_M 16), and 120b batch-64 steps measured 51.9 ms with it against 53.7-54.1 ms
+# without (2026-12-02, different runs). The CPU tests check its arithmetic emulated
+# (EMULATE_BF16_LANES) and the GPU tests check it against the torch twin.
+GROUPED_INLINE_PTX = True
 
 
 # Tests set this to run the grouped kernels' bf16-lane arithmetic (emulated) on the CPU.
@@ -1594,7 +1600,7 @@ def _ptx() -> bool:
 
 
 def _lanes() -> int:
-    if _ptx():
+    if _COMPILED and GROUPED_INLINE_PTX:
         return LANES_BF16_PTX
     return LANES_BF16_EMULATED if EMULATE_BF16_LANES else LANES_FP16
 
