@@ -33,7 +33,7 @@ def load_hf_model(checkpoint: Path, device: str = "cpu", dtype: torch.dtype = to
     raw.pop("quantization_config", None)
     config = GptOssConfig.from_dict(raw, attn_implementation="eager")
     model = GptOssForCausalLM(config)
-    model.load_state_dict(_checkpoint_state(checkpoint), strict=True)
+    model.load_state_dict(checkpoint_state(checkpoint), strict=True)
     model.to(device=device, dtype=dtype)
     keep_fp32 = set(getattr(model, "_keep_in_fp32_modules", None) or ())
     for name, module in model.named_modules():
@@ -42,7 +42,7 @@ def load_hf_model(checkpoint: Path, device: str = "cpu", dtype: torch.dtype = to
     return model.eval()
 
 
-def _checkpoint_state(checkpoint: Path) -> dict[str, torch.Tensor]:
+def checkpoint_state(checkpoint: Path) -> dict[str, torch.Tensor]:
     """All tensors as float32, MXFP4 experts unpacked by transformers' own dequantiser."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -66,6 +67,21 @@ def model_config(config: MiniConfig, tokenizer: Tokenizer) -> ModelConfig:
         # The published stop set: <|return|>, <|endoftext|>, <|call|>.
         eos_token_ids=(ids["return"], ids["end"], ids["call"]),
         pad_token_id=ids["pad"],
+    )
+
+
+def mini_config_from(config: ModelConfig) -> MiniConfig:
+    """The inverse of model_config(): a checkpoint's config as the training twin's."""
+    rope = config.rope_scaling or RopeScaling(factor=1.0)  # factor 1: plain RoPE
+    shared = {
+        f.name: getattr(config, f.name) for f in fields(MiniConfig) if hasattr(config, f.name)
+    }
+    return MiniConfig(
+        **shared,
+        rope_factor=rope.factor,
+        rope_original_max_position_embeddings=rope.original_max_position_embeddings,
+        rope_beta_fast=rope.beta_fast,
+        rope_beta_slow=rope.beta_slow,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,11 +87,25 @@ def encode_split(tokenizer: Tokenizer, jsonl: Path) -> tuple[np.ndarray, dict[st
 
 def build_token_data(corpus_dir: Path, out_dir: Path, vocab_size: int) -> dict:
     """tokenizer.json + {split}.npy token streams + tokens.json (counts) under out_dir."""
-    if vocab_size > 1 << 16:
-        raise ValueError("token streams are uint16: vocab_size must be at most 65536")
+    _check_fits_uint16(vocab_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(corpus_dir / "train.jsonl", vocab_size)
     tokenizer.save(str(out_dir / "tokenizer.json"))
+    return encode_corpus(tokenizer, corpus_dir, out_dir)
+
+
+def build_token_data_with(tokenizer_file: Path, corpus_dir: Path, out_dir: Path) -> dict:
+    """As build_token_data, but with an existing tokenizer.json, copied byte for byte instead of
+    training one: a draft model must share its target's tokenizer."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_file, out_dir / "tokenizer.json")
+    return encode_corpus(Tokenizer.from_file(str(tokenizer_file)), corpus_dir, out_dir)
+
+
+def encode_corpus(tokenizer: Tokenizer, corpus_dir: Path, out_dir: Path) -> dict:
+    """{split}.npy token streams and tokens.json (counts) under out_dir."""
+    vocab_size = tokenizer.get_vocab_size()
+    _check_fits_uint16(vocab_size)
     summary: dict = {"vocab_size": vocab_size, "splits": {}}
     for split in SPLITS:
         stream, stats = encode_split(tokenizer, corpus_dir / f"{split}.jsonl")
@@ -98,6 +113,11 @@ def build_token_data(corpus_dir: Path, out_dir: Path, vocab_size: int) -> dict:
         summary["splits"][split] = stats
     (out_dir / "tokens.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _check_fits_uint16(vocab_size: int) -> None:
+    if vocab_size > 1 << 16:
+        raise ValueError("token streams are uint16: vocab_size must be at most 65536")
 
 
 def main(argv: list[str] | None = None) -> None:

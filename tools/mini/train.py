@@ -4,6 +4,8 @@
     python -m tools.mini.train --out /path/to/gpt-oss-mini
     # CPU smoke test, a few seconds:
     python -m tools.mini.train --tiny --out /tmp/mini-tiny
+    # a draft model for gpt-oss-mini (its tokenizer, 2 layers, 60 s; tools/mini/draft.py):
+    python -m tools.mini.train --preset draft --out /path/to/mini-draft
 
 Schedule: warmup, then a constant learning rate until the validation loss stops improving (the
 corpus is small, so the model overfits before the time runs out) or the time budget nears its
@@ -32,7 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gossamer.config import ModelConfig
+from gossamer.models import default_model_path
 from tools.mini.corpus import build_corpus
+from tools.mini.draft import distillation_terms, load_mini, target_description, top1_agreement
 from tools.mini.evaluate import evaluate_checkpoint, load_hf_model, mean_loss, windows
 from tools.mini.export import convert_to_mxfp4, export_bf16, folder_bytes
 from tools.mini.model import (
@@ -42,10 +47,11 @@ from tools.mini.model import (
     init_weights,
     load_balance_loss,
 )
-from tools.mini.tokenizer import build_token_data
+from tools.mini.tokenizer import build_token_data, build_token_data_with
 
 MAX_FOLDER_BYTES = 25_000_000
 CARD_TEMPLATE = Path(__file__).with_name("MODEL_CARD.md")
+DRAFT_CARD_TEMPLATE = Path(__file__).with_name("DRAFT_CARD.md")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class TrainSettings:
     max_steps: int | None = None
     seed: int = 0
     compile: bool = True
+    # Weight of the target's next-token distribution in the loss of a draft model (0: the corpus
+    # alone); see tools/mini/draft.py.
+    distill: float = 0.0
 
 
 TINY_MODEL = MiniConfig(
@@ -98,6 +107,10 @@ TINY_SETTINGS = TrainSettings(
     time_budget_s=600.0,
     compile=False,
 )
+# A draft model for gpt-oss-mini (tools/mini/draft.py says why each value differs).
+DRAFT_MODEL = MiniConfig(hidden_size=256, num_hidden_layers=2, num_local_experts=8)
+DRAFT_SETTINGS = TrainSettings(time_budget_s=60.0, compile=False)
+PRESETS = {"mini": (MiniConfig(), TrainSettings()), "draft": (DRAFT_MODEL, DRAFT_SETTINGS)}
 
 
 def log(message: str) -> None:
@@ -212,8 +225,10 @@ class Trainer:
         train: np.ndarray,
         val: np.ndarray,
         device: str,
+        loss_fn=loss_terms,  # (model, [B, T+1] batch) -> (objective, balance loss)
     ):
         self.model, self.settings, self.device = model, settings, device
+        self.loss_fn = loss_fn
         self.sampler = EpochSampler(
             train, settings.seq_len, settings.batch_size, device, settings.seed
         )
@@ -221,10 +236,10 @@ class Trainer:
         self.optimizer = make_optimizer(model, settings, device)
         self.schedule = WarmupStableDecay(settings)
         self.autocast = torch.autocast("cuda", torch.bfloat16, enabled=device.startswith("cuda"))
-        self.step_fn = loss_terms
+        self.step_fn = loss_fn
         self.compiled = False
         if settings.compile and device.startswith("cuda"):
-            self.step_fn = torch.compile(loss_terms)
+            self.step_fn = torch.compile(loss_fn)
             self.compiled = True
         self.history: list[dict] = []
         self.step_times: list[float] = []
@@ -250,8 +265,8 @@ class Trainer:
                 if not self.compiled:
                     raise
                 warnings.warn(f"torch.compile failed ({error!r}); training eagerly", stacklevel=1)
-                self.step_fn, self.compiled = loss_terms, False
-                ce, balance = loss_terms(self.model, batch)
+                self.step_fn, self.compiled = self.loss_fn, False
+                ce, balance = self.loss_fn(self.model, batch)
         loss = ce + self.settings.balance_coef * balance
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -412,11 +427,11 @@ def greedy_samples(checkpoint: Path, device: str, max_new_tokens: int = 96) -> d
     return samples
 
 
-def fill_model_card(metrics: dict, out: Path) -> None:
+def fill_model_card(metrics: dict, out: Path, template: Path = CARD_TEMPLATE) -> None:
     """README.md in the checkpoint folder: the template with the measured numbers put in."""
-    if not CARD_TEMPLATE.is_file():
+    if not template.is_file():
         return
-    text = CARD_TEMPLATE.read_text()
+    text = template.read_text()
     for key, value in _flatten(metrics).items():
         text = text.replace("{{" + key + "}}", str(value))
     (out / "README.md").write_text(text)
@@ -440,14 +455,20 @@ def run_pipeline(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     config, settings = _configs(args)
-    work = args.work or Path(tempfile.gettempdir()) / "gossamer-mini"
+    work = args.work or Path(tempfile.gettempdir()) / f"gossamer-{args.preset}"
     torch.manual_seed(settings.seed)
 
     manifest, token_summary = prepare_data(args, work, config.vocab_size)
     log(f"data ready in {time.perf_counter() - started:.0f}s")
-    model, result = train_model(config, settings, work / "tokens", device)
-    bf16_dir, size = ship(model, work, args, {"corpus_python": manifest.python_version})
+    teacher = args.target if settings.distill else None
+    model, result = train_model(config, settings, work / "tokens", device, teacher)
+    notes = {"corpus_python": manifest.python_version}
+    if args.target is not None:
+        notes["draft_for"] = args.target.name
+    bf16_dir, size = ship(model, work, args, notes)
     measured = measure(args.out, bf16_dir, work / "tokens", settings, device, args.tiny)
+    if args.target is not None:
+        measured |= measure_agreement(args.out, args.target, work / "tokens", settings, device)
 
     metrics = {
         "date": time.strftime("%Y-%m-%d"),
@@ -465,6 +486,7 @@ def run_pipeline(args: argparse.Namespace) -> dict:
             "tokens": {k: v["tokens"] for k, v in token_summary["splits"].items()},
         },
         "model": asdict(config) | {"parameters": sum(p.numel() for p in model.parameters())},
+        **({"target": target_description(args.target)} if args.target is not None else {}),
         "settings": asdict(settings),
         "training": {k: v for k, v in asdict(result).items() if k != "history"},
         "history": result.history,
@@ -473,7 +495,7 @@ def run_pipeline(args: argparse.Namespace) -> dict:
         "total_seconds": round(time.perf_counter() - started, 1),
     }
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    fill_model_card(metrics, args.out)
+    fill_model_card(metrics, args.out, DRAFT_CARD_TEMPLATE if args.target else CARD_TEMPLATE)
     log(f"done in {metrics['total_seconds']}s: {args.out}")
     return metrics
 
@@ -483,14 +505,23 @@ def prepare_data(args: argparse.Namespace, work: Path, vocab_size: int):
     log(f"corpus from {args.stdlib or sysconfig.get_paths()['stdlib']}")
     manifest = build_corpus(work / "corpus", args.stdlib, max_files=args.max_files)
     log(f"corpus: {json.dumps({k: asdict(v) for k, v in manifest.splits.items()})}")
-    token_summary = build_token_data(work / "corpus", work / "tokens", vocab_size)
+    if args.target is None:
+        token_summary = build_token_data(work / "corpus", work / "tokens", vocab_size)
+    else:  # a draft model must share its target's tokenizer: copied, not trained
+        tokenizer = args.target / "tokenizer.json"
+        token_summary = build_token_data_with(tokenizer, work / "corpus", work / "tokens")
     log(f"tokens: {json.dumps(token_summary['splits'])}")
     return manifest, token_summary
 
 
 def train_model(
-    config: MiniConfig, settings: TrainSettings, tokens: Path, device: str
+    config: MiniConfig,
+    settings: TrainSettings,
+    tokens: Path,
+    device: str,
+    teacher: Path | None = None,
 ) -> tuple[MiniGptOss, TrainResult]:
+    """`teacher`: the checkpoint a draft model distils from (settings.distill > 0)."""
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
     model = MiniGptOss(config, dropout=settings.dropout)
@@ -499,9 +530,12 @@ def train_model(
     count = sum(p.numel() for p in model.parameters())
     log(f"model: {count / 1e6:.2f}M parameters, {json.dumps(asdict(config))}")
     log(f"settings: {json.dumps(asdict(settings))}")
-    trainer = Trainer(
-        model, settings, np.load(tokens / "train.npy"), np.load(tokens / "val.npy"), device
-    )
+    loss_fn = loss_terms
+    if settings.distill:
+        log(f"distilling from {teacher} (weight {settings.distill})")
+        loss_fn = distillation_terms(load_mini(teacher, device), settings.distill)
+    train, val = np.load(tokens / "train.npy"), np.load(tokens / "val.npy")
+    trainer = Trainer(model, settings, train, val, device, loss_fn)
     result = trainer.run()
     log(
         f"trained {result.steps} steps, {result.epochs} epochs in {result.seconds}s "
@@ -563,6 +597,29 @@ def measure(
     return {"eval": evals, "samples": samples}
 
 
+def measure_agreement(
+    out: Path, target: Path, tokens: Path, settings: TrainSettings, device: str
+) -> dict:
+    """A draft's top-1 agreement with its target on the test split; logged and recorded, not
+    raised, as in measure()."""
+    try:
+        agreement = top1_agreement(
+            out,
+            target,
+            tokens,
+            "test",
+            device=device,
+            seq_len=settings.seq_len,
+            batch_size=settings.eval_batch_size,
+            max_tokens=settings.eval_max_tokens,
+        )
+        log(f"top-1 agreement with {target.name} (test): {agreement['top1_agreement']:.4f}")
+    except Exception:  # noqa: BLE001
+        agreement = {"error": traceback.format_exc()}
+        log(f"agreement failed\n{agreement['error']}")
+    return {"agreement": agreement}
+
+
 def _device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name()
@@ -570,8 +627,9 @@ def _device_name(device: str) -> str:
 
 
 def _configs(args: argparse.Namespace) -> tuple[MiniConfig, TrainSettings]:
-    config = TINY_MODEL if args.tiny else MiniConfig()
-    settings = TINY_SETTINGS if args.tiny else TrainSettings()
+    config, settings = (TINY_MODEL, TINY_SETTINGS) if args.tiny else PRESETS[args.preset]
+    if args.target is not None:  # a draft's embedding rows are its target's token ids
+        config = replace(config, vocab_size=ModelConfig.from_hf(args.target).vocab_size)
     overrides = {
         name: getattr(args, name)
         for name in (
@@ -584,6 +642,7 @@ def _configs(args: argparse.Namespace) -> tuple[MiniConfig, TrainSettings]:
             "eval_every",
             "eval_max_tokens",
             "dropout",
+            "distill",
         )
         if getattr(args, name) is not None
     }
@@ -591,7 +650,12 @@ def _configs(args: argparse.Namespace) -> tuple[MiniConfig, TrainSettings]:
         overrides["compile"] = False
     if args.no_qat:
         overrides["qat"] = False
-    return config, replace(settings, **overrides)
+    settings = replace(settings, **overrides)
+    if not 0 <= settings.distill <= 1:
+        raise SystemExit(f"--distill is a weight in [0, 1], got {settings.distill}")
+    if settings.distill and args.target is None:
+        raise SystemExit("--distill needs a teacher: --target DIR (or --preset draft)")
+    return config, settings
 
 
 def _version(package: str) -> str:
@@ -606,6 +670,19 @@ def _version(package: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="final checkpoint folder")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), default="mini", help="draft: a draft for --target"
+    )
+    parser.add_argument(
+        "--target",
+        type=Path,
+        default=None,
+        help="train a draft model for this checkpoint, on its tokenizer (default with --preset "
+        "draft: the built-in gpt-oss-mini)",
+    )
+    parser.add_argument(
+        "--distill", type=float, default=None, help="weight of the target's distribution, 0..1"
+    )
     parser.add_argument(
         "--work", type=Path, default=None, help="corpus, tokens, bf16 checkpoint (default: TMP)"
     )
@@ -628,6 +705,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-qat", action="store_true")
     args = parser.parse_args(argv)
+    if args.preset == "draft" and args.target is None:
+        args.target = default_model_path()
     if args.tiny and args.max_files is None:
         args.max_files = 12
     threads = torch.get_num_threads()
