@@ -27,16 +27,20 @@ hidden states once verified. Positions whose target hidden states this engine ne
 (prefix-cache hits, blocks shared by n > 1 forks) are computed with zero hidden states: that costs
 acceptance, never correctness.
 
-The target runs through `AuxHiddenRunner` (eager: the captured decode graphs do not return the aux
-states). The head has its own small KV pool (one full-attention layer), without prefix caching.
+The target runs through `AuxHiddenRunner`, whose captured graphs (plain decodes and padded
+verification steps) return the aux states next to the logits. The head has its own small KV pool
+(one full-attention layer), without prefix caching; its greedy k-token drafting of a batch replays
+one captured graph (`DraftChainGraphs`), random requests and uncaptured shapes draft eagerly.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +54,14 @@ from gossamer.config import ModelConfig, RopeScaling
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.model.rope import cos_sin_table
 from gossamer.ops.base import AttentionMetadata, Ops
-from gossamer.runner.model_runner import ModelRunner, SeqInput
+from gossamer.runner.model_runner import (
+    DEFAULT_GRAPH_SIZES,
+    MAX_MULTI_TOKEN_GRAPH_SEQS,
+    EagerGraphCapture,
+    GraphCapture,
+    ModelRunner,
+    graphs_possible,
+)
 from gossamer.spec.drafting import draw_drafts, stack_probs
 from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
 
@@ -261,8 +272,8 @@ class Eagle3Head(nn.Module):
         if isinstance(self._target_ids, tuple):
             return draft_logits
         full = draft_logits.new_full((hidden.shape[0], self.config.vocab_size), float("-inf"))
-        full[:, self._target_ids] = draft_logits
-        return full
+        # NOTE: index_copy_, not indexed assignment: it runs inside captured drafting graphs
+        return full.index_copy_(1, self._target_ids, draft_logits)
 
     def draft_to_target(self) -> torch.Tensor:
         """[draft_vocab] target token id of each draft token id."""
@@ -409,38 +420,26 @@ def _copy_into(head: Eagle3Head, tensors: dict[str, torch.Tensor], folder: Path)
 
 
 class AuxHiddenRunner(ModelRunner):
-    """A ModelRunner that also keeps, for every token it fed, the residual stream entering the
+    """A ModelRunner whose steps also keep, for every token fed, the residual stream entering the
     EAGLE-3 layers: `last_aux_hidden` [num_tokens, 3 * hidden], in the order of the sequences.
-    Always eager (the captured decode graphs return logits only)."""
+    Eager steps and graph replays alike: a captured graph writes them into its persistent
+    outputs next to the logits (ModelRunner's `_forward` extras)."""
 
     def __init__(self, *args, aux_layers: tuple[int, ...], **kwargs) -> None:
-        kwargs["cuda_graphs"] = False
+        self.aux_layers = aux_layers  # before ModelRunner.__init__, which may capture graphs
         super().__init__(*args, **kwargs)
-        self.aux_layers = aux_layers
-        self.last_aux_hidden: torch.Tensor | None = None
 
-    @torch.inference_mode()
-    def run(self, seqs: list[SeqInput]) -> torch.Tensor:
-        self.last_aux_hidden = None
-        if not seqs:
-            return super().run(seqs)
-        if len(seqs) > self.max_num_seqs:
-            raise ValueError(f"{len(seqs)} sequences exceed max_num_seqs={self.max_num_seqs}")
-        num_tokens, rows, max_query, max_seq = self._fill(seqs)
-        if num_tokens > self.max_tokens:
-            raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
-        self._upload(num_tokens, len(seqs))
-        metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
+    def _forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         hidden, aux = self.model(
-            self.dev["input_ids"][:num_tokens],
-            self.dev["positions"][:num_tokens],
-            metadata,
-            self.kv_cache,
-            aux_layers=self.aux_layers,
+            input_ids, positions, metadata, self.kv_cache, aux_layers=self.aux_layers
         )
-        self.last_aux_hidden = torch.cat(aux, dim=-1)
-        index = torch.tensor(rows, device=self.device, dtype=torch.long)
-        return self.model.compute_logits(hidden[index])
+        return hidden, (torch.cat(aux, dim=-1),)
+
+    @property
+    def last_aux_hidden(self) -> torch.Tensor | None:
+        return self.last_extras[0] if self.last_extras else None
 
 
 # ---- the proposer --------------------------------------------------------------------------------
@@ -456,6 +455,22 @@ class _HeadSequence:
     all_token_ids: list[int] = field(default_factory=list)  # unused: prefix caching is off
     cache_salt: str | None = None
     block_hashes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Chain:
+    """A request the head drafts for this step."""
+
+    index: int  # in the propose() batch
+    request: SpecRequest
+    sequence: _HeadSequence
+    count: int  # drafts wanted
+
+    @property
+    def first_draft_position(self) -> int:
+        """The head position that draft 0 is fed at (the position of the request's last token,
+        which the target has not computed yet)."""
+        return len(self.request.token_ids) - 1
 
 
 @dataclass
@@ -493,6 +508,8 @@ class Eagle3Proposer(BaseProposer):
         self._sequences: dict[str, _HeadSequence] = {}
         # request id -> (position, normed [H], pre-norm [H]) of its last true position
         self._ready: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}
+        self.chain_graphs: DraftChainGraphs | None = None  # see capture_graphs
+        self.draft_modes: Counter[str] = Counter()  # propose() batches drafted by graph / eager
 
     @classmethod
     def load(
@@ -503,7 +520,7 @@ class Eagle3Proposer(BaseProposer):
         num_blocks: int,
     ) -> Eagle3Proposer:
         head = load_eagle3_head(config.model, target)
-        return cls(
+        proposer = cls(
             head,
             target,
             num_speculative_tokens=config.num_speculative_tokens,
@@ -511,6 +528,12 @@ class Eagle3Proposer(BaseProposer):
             block_size=engine_config.block_size,
             seed=engine_config.seed + 1,
         )
+        if graphs_possible(head, engine_config.cuda_graphs):
+            # the batch sizes the target has verification graphs for (larger steps run eagerly)
+            limit = min(engine_config.max_num_seqs, MAX_MULTI_TOKEN_GRAPH_SEQS)
+            sizes = [size for size in DEFAULT_GRAPH_SIZES if size <= limit]
+            proposer.capture_graphs(sizes, config.draft_len_ladder)
+        return proposer
 
     def target_runner_class(self):
         """A ModelRunner factory for the engine: the runner it builds reports to this proposer."""
@@ -611,41 +634,96 @@ class Eagle3Proposer(BaseProposer):
     @torch.inference_mode()
     def propose(self, requests: Sequence[SpecRequest]) -> list[Draft | None]:
         drafts: list[Draft | None] = [None] * len(requests)
-        chains = []  # (index, request, sequence, count, next position)
+        chains = self._chains(requests)
+        if not chains:
+            return drafts
+        drafted = self._draft_replayed(chains)
+        if drafted is None:
+            drafted = self._draft_eager(chains)
+        for chain, (tokens, probs) in zip(chains, drafted, strict=True):
+            drafts[chain.index] = Draft(tokens, stack_probs(probs))
+        return drafts
+
+    def _chains(self, requests: Sequence[SpecRequest]) -> list[_Chain]:
+        """The requests the head can draft for: those whose last true position it computed in
+        the latest `observe`."""
+        chains = []
         for index, request in enumerate(requests):
             ready = self._ready.get(request.request_id)
             sequence = self._sequences.get(request.request_id)
             if ready is None or sequence is None or ready[0] != len(request.token_ids) - 2:
                 continue
             count = min(self.num_speculative_tokens, request.max_draft_tokens)
-            chains.append((index, request, sequence, count))
-        if not chains:
-            return drafts
-        normed = torch.stack([self._ready[c[1].request_id][1] for c in chains])
-        prenorm = torch.stack([self._ready[c[1].request_id][2] for c in chains])
-        tokens_out = [([], []) for _ in chains]
+            chains.append(_Chain(index, request, sequence, count))
+        return chains
+
+    def _draft_eager(self, chains: list[_Chain]) -> list[tuple[list[int], list]]:
+        """(draft tokens, the distribution of each) per chain, one head step at a time for the
+        chains that still want drafts; random requests draw with their own generators."""
+        normed = torch.stack([self._ready[c.request.request_id][1] for c in chains])
+        prenorm = torch.stack([self._ready[c.request.request_id][2] for c in chains])
+        tokens_out: list[tuple[list[int], list]] = [([], []) for _ in chains]
         active = list(range(len(chains)))
         step = 0
         while True:
             logits = self.head.compute_logits(normed)
-            rows = [chains[i][1].row for i in active]
+            rows = [chains[i].request.row for i in active]
             tokens, probs = draw_drafts(logits, rows, self.shared_generator)
             for i, token, q in zip(active, tokens, probs, strict=True):
                 tokens_out[i][0].append(token)
                 tokens_out[i][1].append(q)
-            keep = [j for j, i in enumerate(active) if len(tokens_out[i][0]) < chains[i][3]]
+            keep = [j for j, i in enumerate(active) if len(tokens_out[i][0]) < chains[i].count]
             if not keep:
                 break
             active = [active[j] for j in keep]
             # position of the new draft's input: the request's last true position + 1 + step
-            spans = [(chains[i][2], len(chains[i][1].token_ids) - 1 + step, 1) for i in active]
+            spans = [(chains[i].sequence, chains[i].first_draft_position + step, 1) for i in active]
             normed, prenorm = self._forward(
                 spans, [tokens_out[i][0][-1] for i in active], prenorm[keep], from_target=False
             )
             step += 1
-        for (index, *_), (tokens, probs) in zip(chains, tokens_out, strict=True):
-            drafts[index] = Draft(tokens, stack_probs(probs))
-        return drafts
+        self.draft_modes["eager"] += 1
+        return tokens_out
+
+    def _draft_replayed(self, chains: list[_Chain]) -> list[tuple[list[int], list]] | None:
+        """The drafts from a captured chain graph, or None when none fits: no graphs, a batch or
+        draft count larger than captured, or a random request (its draws come from its own CPU
+        generator, between head steps: see DraftChainGraphs)."""
+        graphs = self.chain_graphs
+        if graphs is None or not all(chain.request.row.params.greedy for chain in chains):
+            return None
+        key = graphs.key_for(len(chains), max(chain.count for chain in chains))
+        if key is None:
+            return None
+        inputs = [
+            ChainInput(
+                *self._ready[chain.request.request_id][1:],
+                chain.first_draft_position,
+                chain.count,
+                self.manager.block_tables(chain.request.request_id)[0],
+            )
+            for chain in chains
+        ]
+        tokens = graphs.replay(key, inputs)
+        self.draft_modes["graph"] += 1
+        return [
+            (row[: chain.count], [None] * chain.count)
+            for row, chain in zip(tokens, chains, strict=True)
+        ]
+
+    def capture_graphs(
+        self,
+        sizes: Sequence[int],
+        draft_lens: Sequence[int],
+        capture: GraphCapture | EagerGraphCapture | None = None,
+    ) -> None:
+        """Capture the greedy drafting of `k` tokens for each batch size and k of `draft_lens`
+        (at most num_speculative_tokens). `capture`: EagerGraphCapture() on the CPU (tests)."""
+        draft_lens = [k for k in draft_lens if k <= self.num_speculative_tokens]
+        self.chain_graphs = DraftChainGraphs(
+            self.head, self.kv_cache, self.block_size, max(sizes), max(draft_lens)
+        )
+        self.chain_graphs.capture(sizes, draft_lens, capture or GraphCapture())
 
     # ---- bookkeeping ---------------------------------------------------------------------------
 
@@ -685,3 +763,143 @@ def paged_metadata(
         query_lens_host=tuple(count for _, count, _ in spans),
         seq_lens_host=tuple(seq_lens),
     )
+
+
+# ---- captured greedy drafting --------------------------------------------------------------------
+
+
+@dataclass
+class ChainInput:
+    """One chain's inputs to a captured drafting graph."""
+
+    normed: torch.Tensor  # [H] the head's output at the last true position: draft 0's logits
+    prenorm: torch.Tensor  # [H] its pre-norm state: the hidden input of head step 1
+    first_position: int  # the head position draft 0 is fed at
+    count: int  # drafts wanted (<= the graph's k)
+    block_table: Sequence[int]  # the head cache's
+
+
+class DraftChainGraphs:
+    """Greedy k-token drafting of a batch of chains, one captured graph per (batch size, k).
+
+    A graph computes draft 0 from the head's state at each chain's last true position, then runs
+    head steps 1 .. k-1, each feeding the previous step's argmax (kept on the device) at the next
+    position with the previous pre-norm state; the draft ids [batch, k] come back in one copy.
+    The positions, context lengths, KV slots and block tables of every step sit in persistent
+    buffers the host fills before a replay. Rows past the real chains (batch padding) and the
+    steps past a chain's own count write no KV (slot -1) and attend to true positions only;
+    their drafts are dropped.
+
+    Why whole chains and greedy only: a chain of k head steps is k - 1 small layers whose eager
+    launches cost more than their work, and capturing all of them saves k - 1 host round trips
+    as well. Random requests draw each draft with their own CPU generator (so that a seeded
+    request's drafts do not depend on its batch) and must hand on the distribution, which a graph
+    cannot do between its steps; their batches draft eagerly."""
+
+    def __init__(
+        self,
+        head: Eagle3Head,
+        kv_cache: torch.Tensor,
+        block_size: int,
+        max_batch: int,
+        max_draft_len: int,
+    ) -> None:
+        self.head, self.kv_cache, self.block_size = head, kv_cache, block_size
+        device, hidden = head.device, head.config.hidden_size
+        self.normed = torch.zeros(max_batch, hidden, dtype=head.lm_head.weight.dtype, device=device)
+        self.prenorm = torch.zeros_like(self.normed)
+        steps, width = max(max_draft_len - 1, 1), -(-head.max_positions // block_size)
+        # per head step 1 .. k-1 (row step - 1) and chain; block tables per chain
+        self.host = {
+            "positions": np.zeros((steps, max_batch), dtype=np.int64),
+            "seq_lens": np.ones((steps, max_batch), dtype=np.int32),
+            "slot_mapping": np.full((steps, max_batch), -1, dtype=np.int64),
+            "block_tables": np.zeros((max_batch, width), dtype=np.int32),
+        }
+        self.dev = {name: torch.from_numpy(a).to(device) for name, a in self.host.items()}
+        self.query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
+        self.graphs: dict[tuple[int, int], Any] = {}
+        self.outputs: dict[tuple[int, int], torch.Tensor] = {}  # [batch, k] draft ids
+
+    def capture(
+        self, sizes: Sequence[int], draft_lens: Sequence[int], capture: GraphCapture
+    ) -> None:
+        """Largest first, so that the graphs share one memory pool."""
+        keys = sorted(((b, k) for b in sizes for k in draft_lens), key=lambda key: -key[0] * key[1])
+        for size, k in keys:
+            self._fill(size, [])
+            graph, (tokens,) = capture.capture(partial(self._chain, size, k))
+            self.graphs[(size, k)], self.outputs[(size, k)] = graph, tokens
+        capture.finish()
+
+    def key_for(self, num_chains: int, longest: int) -> tuple[int, int] | None:
+        """The smallest captured (batch size, k) that holds the chains."""
+        fitting = [(k, b) for b, k in self.graphs if b >= num_chains and k >= longest]
+        return (min(fitting)[1], min(fitting)[0]) if fitting else None
+
+    def replay(self, key: tuple[int, int], chains: list[ChainInput]) -> list[list[int]]:
+        """Draft ids [len(chains)][k]; a chain's ids past its count are meaningless."""
+        self._fill(key[0], chains)
+        self.graphs[key].replay()
+        return self.outputs[key][: len(chains)].tolist()
+
+    def _fill(self, size: int, chains: list[ChainInput]) -> None:
+        host, dev = self.host, self.dev
+        host["positions"][:, :size] = 0  # padding rows (real chains: _fill_chain)
+        host["seq_lens"][:, :size] = 1
+        host["slot_mapping"][:, :size] = -1
+        host["block_tables"][:size, 0] = 0  # the null block
+        width = 1  # the block-table columns this replay reads
+        for row, chain in enumerate(chains):
+            width = max(width, self._fill_chain(row, chain))
+        for name in ("positions", "seq_lens", "slot_mapping"):
+            dev[name][:, :size].copy_(torch.from_numpy(host[name][:, :size]))
+        dev["block_tables"][:size, :width].copy_(
+            torch.from_numpy(host["block_tables"][:size, :width])
+        )
+        n = len(chains)
+        if n:
+            self.normed[:n].copy_(torch.stack([chain.normed for chain in chains]))
+            self.prenorm[:n].copy_(torch.stack([chain.prenorm for chain in chains]))
+        self.normed[n:size].zero_()
+        self.prenorm[n:size].zero_()
+
+    def _fill_chain(self, row: int, chain: ChainInput) -> int:
+        """Writes one chain's row; returns the block-table columns it uses."""
+        host, bs = self.host, self.block_size
+        table = np.asarray(chain.block_table[: host["block_tables"].shape[1]], dtype=np.int32)
+        host["block_tables"][row, : len(table)] = table
+        for step in range(1, host["positions"].shape[0] + 1):
+            if step < chain.count:  # draft step - 1 is fed at the next position
+                position = chain.first_position + step - 1
+                slot = int(table[position // bs]) * bs + position % bs
+            else:  # not wanted: attend to the true positions, write nothing
+                position, slot = chain.first_position - 1, -1
+            host["positions"][step - 1, row] = position
+            host["seq_lens"][step - 1, row] = position + 1
+            host["slot_mapping"][step - 1, row] = slot
+        return len(table)
+
+    def _chain(self, size: int, k: int) -> tuple[torch.Tensor]:
+        """What a graph captures: k greedy drafts for `size` rows, [size, k]."""
+        head, dev = self.head, self.dev
+        normed, prenorm = self.normed[:size], self.prenorm[:size]
+        drafts: list[torch.Tensor] = []
+        for step in range(k):
+            if step:
+                metadata = AttentionMetadata(
+                    query_start_loc=self.query_start_loc[: size + 1],
+                    seq_lens=dev["seq_lens"][step - 1, :size],
+                    slot_mapping=(dev["slot_mapping"][step - 1, :size],),
+                    block_tables=(dev["block_tables"][:size],),
+                    max_query_len=1,
+                    # NOTE: attention sizes its split-K grid from max_seq_len: the bound keeps
+                    # one graph valid for every context length
+                    max_seq_len=head.max_positions,
+                )
+                positions = dev["positions"][step - 1, :size]
+                normed, prenorm = head(
+                    drafts[-1], positions, prenorm, metadata, self.kv_cache, from_target=False
+                )
+            drafts.append(head.compute_logits(normed).argmax(dim=-1))
+        return (torch.stack(drafts, dim=1),)

@@ -342,13 +342,11 @@ class Speculator:
 
     def _can_pad(self, scheduler: Scheduler) -> bool:
         """Whether padding could make the next step uniform and so replay a graph: not while a
-        prompt is still being computed (that step runs eagerly anyway), not above the batch
-        sizes multi-token graphs exist for, and not with a target runner of the proposer's
-        (EAGLE-3's returns hidden states, which graphs do not keep: it always runs eagerly)."""
+        prompt is still being computed (that step runs eagerly anyway) nor above the batch sizes
+        multi-token graphs exist for. EAGLE-3's target runner captures graphs too (they return
+        its hidden states next to the logits), so its steps are padded like any other."""
         running = scheduler.running
-        if not self.config.pad_drafts or self.target_runner_class is not None:
-            return False
-        if len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
+        if not self.config.pad_drafts or len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
             return False
         return len(_decodes(scheduler)) == len(running)
 

@@ -23,6 +23,17 @@ def target(target_path):
 
 
 @pytest.fixture(scope="session")
+def target3_path(tmp_path_factory):
+    """A 3-layer target: EAGLE-3 reads three of its layers."""
+    return write_hf_model(tmp_path_factory.mktemp("target3"), seed=1)
+
+
+@pytest.fixture(scope="session")
+def target3(target3_path):
+    return load_model(str(target3_path), dtype="float32", max_model_len=256).model
+
+
+@pytest.fixture(scope="session")
 def other_model_path(tmp_path_factory):
     """A different random model: a draft the target rarely agrees with."""
     return write_hf_model(tmp_path_factory.mktemp("other"), seed=7, num_hidden_layers=1)

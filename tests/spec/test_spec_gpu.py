@@ -14,8 +14,10 @@ import torch
 
 from gossamer.model.loader import load_model
 from gossamer.model.weights import save_checkpoint
+from gossamer.runner.model_runner import GRAPH, SeqInput
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
+from gossamer.spec.eagle3 import AuxHiddenRunner
 from tests.hf_models import write_hf_model
 from tests.spec.checkpoints import write_eagle3_checkpoint
 from tests.spec.conftest import make_engine, repetitive_prompts, run_engine
@@ -96,3 +98,92 @@ def test_bf16_triton_runs_every_proposer(paths, method):
     agree = sum(tokens[key][:8] == plain[key][:8] for key in plain)
     assert agree >= len(plain) - 1  # the first tokens part only at a rare near tie
     torch.cuda.synchronize()
+
+
+def triton_bf16(paths):
+    return load_model(
+        str(paths["target"]), dtype="bfloat16", device="cuda", ops="triton", max_model_len=512
+    ).model
+
+
+def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    return float((ours.float() - theirs.float()).norm() / theirs.float().norm())
+
+
+def test_eagle3_target_graphs_return_the_eager_logits_and_aux_states(paths):
+    """A real capture: the replay of a padded (4, 3) verification graph gives the eager step's
+    logits and aux hidden states for the 3 real sequences (bf16: the two paths round apart)."""
+    model = triton_bf16(paths)
+    options = dict(
+        aux_layers=(0, 1, 3),
+        num_blocks=64,
+        block_size=16,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        graph_sizes=(1, 2, 4, 8),
+        graph_query_lens=(1, 3),
+    )
+    graphed = AuxHiddenRunner(model, cuda_graphs=True, **options)
+    eager = AuxHiddenRunner(model, cuda_graphs=False, **options)
+    assert (4, 3) in graphed.graphs and not eager.graphs
+    prompts = [p[:20] for p in repetitive_prompts(3, seed=5)]
+
+    def table(i):
+        groups = graphed.num_groups
+        return tuple([1 + 8 * (groups * i + g) + b for b in range(8)] for g in range(groups))
+
+    prefill = [SeqInput([t % 1000 for t in p], 0, table(i)) for i, p in enumerate(prompts)]
+    verify = [SeqInput([7, 8, 9], len(p), table(i), 3) for i, p in enumerate(prompts)]
+    for step in (prefill, verify):
+        want, got = eager.run(step), graphed.run(step)
+        assert relative_error(got, want) < 2e-2
+        assert graphed.last_aux_hidden.shape == eager.last_aux_hidden.shape
+        assert relative_error(graphed.last_aux_hidden, eager.last_aux_hidden) < 2e-2
+    assert graphed.step_modes[GRAPH] == 1
+    torch.cuda.synchronize()
+
+
+def test_eagle3_with_cuda_graphs_replays_the_target_and_the_head(paths):
+    """The engine with graphs: uniform target steps and greedy drafting replay captured graphs,
+    the drafts are the eager drafting's (bf16: but for near ties) and the outputs agree with the
+    eager engine's."""
+    model = triton_bf16(paths)
+    spec = specs(paths)["eagle3"]
+    eager = make_engine(model, spec, max_num_batched_tokens=64, cuda_graphs=False)
+    graphed = make_engine(model, spec, max_num_batched_tokens=64)
+    proposer = graphed.speculator.proposers["eagle3"]
+    ladder = spec.draft_len_ladder
+    assert {(8, 1 + k) for k in ladder} <= set(graphed.runner.graphs)
+    assert graphed.runner.graph_extras[(8, 1 + ladder[-1])][0].shape[1] == 3 * 576
+    assert {(8, k) for k in ladder} <= set(proposer.chain_graphs.graphs)
+    agreement = compare_drafting(proposer)
+    expected, _, _ = run_engine(eager, requests())
+    tokens, _, _ = run_engine(graphed, requests())
+    assert graphed.runner.step_modes[GRAPH] > graphed.runner.step_modes["eager_prefill"]
+    assert graphed.stats.spec_stats["num_uniform_verify_steps"] > 0
+    assert proposer.draft_modes["graph"] > 0
+    matches, total = agreement
+    assert total > 0 and matches >= 0.9 * total
+    assert all(len(t) == GREEDY.max_tokens for t in tokens.values())
+    agree = sum(tokens[key][:8] == expected[key][:8] for key in expected)
+    assert agree >= len(expected) - 1  # the first tokens part only at a rare near tie
+    torch.cuda.synchronize()
+
+
+def compare_drafting(proposer) -> list[int]:
+    """Make every graph drafting also draft eagerly from the same state; returns the live
+    [draft tokens that agree, draft tokens compared]."""
+    counts = [0, 0]
+    replayed = proposer._draft_replayed
+
+    def both(chains):
+        drafted = replayed(chains)
+        if drafted is not None:
+            eager = proposer._draft_eager(chains)
+            for (tokens, _), (want, _) in zip(drafted, eager, strict=True):
+                counts[0] += sum(a == b for a, b in zip(tokens, want, strict=True))
+                counts[1] += len(want)
+        return drafted
+
+    proposer._draft_replayed = both
+    return counts
