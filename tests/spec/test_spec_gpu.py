@@ -112,7 +112,8 @@ def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
 
 def test_eagle3_target_graphs_return_the_eager_logits_and_aux_states(paths):
     """A real capture: the replay of a padded (4, 3) verification graph gives the eager step's
-    logits and aux hidden states for the 3 real sequences (bf16: the two paths round apart)."""
+    logits and aux hidden states for the 3 real sequences (bf16: the two paths round apart; a
+    wrong row or a padding row would be off by order 1)."""
     model = triton_bf16(paths)
     options = dict(
         aux_layers=(0, 1, 3),
@@ -136,9 +137,9 @@ def test_eagle3_target_graphs_return_the_eager_logits_and_aux_states(paths):
     verify = [SeqInput([7, 8, 9], len(p), table(i), 3) for i, p in enumerate(prompts)]
     for step in (prefill, verify):
         want, got = eager.run(step), graphed.run(step)
-        assert relative_error(got, want) < 2e-2
+        assert relative_error(got, want) < 5e-2
         assert graphed.last_aux_hidden.shape == eager.last_aux_hidden.shape
-        assert relative_error(graphed.last_aux_hidden, eager.last_aux_hidden) < 2e-2
+        assert relative_error(graphed.last_aux_hidden, eager.last_aux_hidden) < 5e-2
     assert graphed.step_modes[GRAPH] == 1
     torch.cuda.synchronize()
 
