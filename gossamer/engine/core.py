@@ -107,7 +107,8 @@ class EngineCore:
             # verification steps where every request carries k drafts replay a graph too; the
             # speculator pads drafts to one of these k
             ladder = config.speculative_config.draft_len_ladder
-            graph_query_lens = (1, *(1 + k for k in ladder))
+            if config.speculative_config.tree is None:  # tree steps run eagerly
+                graph_query_lens = (1, *(1 + k for k in ladder))
         self.runner = runner or runner_class(
             model,
             num_blocks=self.num_blocks,
@@ -227,7 +228,7 @@ class EngineCore:
         self, scheduled: SchedulerOutput
     ) -> tuple[dict[str, list[int]], dict[str, list]]:
         """Run the step; per request that samples: its new tokens and their logprobs."""
-        seqs, sample_items = [], []
+        seqs, sample_items, sample_seqs = [], [], []
         for item in scheduled.scheduled_requests:
             choice = self.choices[item.request_id]
             if choice.tables is None or item.is_new:
@@ -236,9 +237,15 @@ class EngineCore:
             num_blocks = -(-item.end_position // self.config.block_size)
             tables = choice.tables.views(num_blocks)
             num_logits = item.num_draft_tokens + 1 if item.do_sample else 0
-            seqs.append(SeqInput(item.token_ids, item.start_position, tables, num_logits))
+            tree_mask = None
+            if item.num_draft_tokens and self.speculator is not None:
+                tree_mask = self.speculator.tree_mask(item)  # a tree draft's (None: a chain)
+            seqs.append(
+                SeqInput(item.token_ids, item.start_position, tables, num_logits, tree_mask)
+            )
             if item.do_sample:
                 sample_items.append(item)
+                sample_seqs.append(seqs[-1])
         if not seqs:
             return {}, {}
         logits = self.runner.run(seqs)
@@ -250,6 +257,8 @@ class EngineCore:
             tokens, logprobs = self.speculator.sample(
                 logits, sample_items, rows, self.sampler.shared_generator
             )
+            # NOTE: before Scheduler.update, which keeps the KV of the accepted tokens' slots
+            self.speculator.keep_accepted_kv(self.runner.kv_cache, sample_seqs)
             return dict(zip(ids, tokens, strict=True)), dict(zip(ids, logprobs, strict=True))
         result: SampleResult = self.sampler.sample(logits, rows)
         sampled = {rid: [token] for rid, token in zip(ids, result.token_ids, strict=True)}

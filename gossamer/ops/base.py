@@ -7,7 +7,8 @@ backend (ops/triton.py) implements the same methods with Triton kernels.
 Token layout: every op works on a flat batch of tokens from many sequences ("varlen"), described by
 `AttentionMetadata`. Sequence s owns query tokens query_start_loc[s]:query_start_loc[s+1]; its last
 query token sits at position seq_lens[s] - 1, so query token j of a sequence with query length q sits at
-position seq_lens[s] - q + j.
+position seq_lens[s] - q + j. (Tree speculation keeps that layout for the KV slots but computes the
+tokens at the positions of their tree depths: `AttentionMetadata.tree_mask`.)
 
 KV cache layout (gossamer/cache/layout.py decides it): cache groups share one block pool, the
 full-attention layers in one group and the sliding-window layers in another (a group without layers
@@ -41,6 +42,14 @@ class AttentionMetadata:
     # Host copies so that reference code can loop without device syncs.
     query_lens_host: tuple[int, ...] = ()
     seq_lens_host: tuple[int, ...] = ()
+    # Tree speculation (gossamer/spec/tree.py); None in every other step. Per query token, 0 for
+    # the usual causal rule, or a bitmask over its own sequence's query tokens of this step (bit
+    # j: query token j, at most 63 of them) that replaces the causal rule inside the step: the
+    # token sees the keys before the step plus the step's keys whose bit is set (itself and its
+    # tree ancestors). Such a token's position (rope, sliding window) is first_pos + popcount - 1,
+    # not first_pos + j; keys keep the slots of their query index.
+    tree_mask: torch.Tensor | None = None  # [num_tokens] int64
+    tree_mask_host: tuple[int, ...] = ()
 
     @property
     def num_seqs(self) -> int:
@@ -138,7 +147,9 @@ class Ops(Protocol):
     ) -> torch.Tensor:
         """Causal attention of q [T, Hq, D] over the paged cache (which already holds this step's
         keys). Per-head learned sinks [Hq] join the softmax as an extra logit and are dropped after.
-        A sliding window w lets position p see keys p-w+1..p. Returns [T, Hq, D]."""
+        A sliding window w lets position p see keys p-w+1..p. With `metadata.tree_mask`, tree
+        tokens see the keys before the step and their tree ancestors only (see the field).
+        Returns [T, Hq, D]."""
         ...
 
     def moe(

@@ -3,6 +3,8 @@ Triton kernels are tested against."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
@@ -83,12 +85,21 @@ class TorchOps:
         starts = metadata.query_start_loc.tolist()
         seq_lens = metadata.seq_lens_host or tuple(metadata.seq_lens.tolist())
         block_table = metadata.block_tables[group]
+        tree_masks = _tree_masks_host(metadata)
         for seq, seq_len in enumerate(seq_lens):
             begin, end = starts[seq], starts[seq + 1]
             if end == begin:
                 continue
+            tree_mask = tree_masks[begin:end] if any(tree_masks[begin:end]) else None
             out[begin:end] = _sequence_attention(
-                q[begin:end], kv_cache, block_table[seq], seq_len, sinks, scale, sliding_window
+                q[begin:end],
+                kv_cache,
+                block_table[seq],
+                seq_len,
+                sinks,
+                scale,
+                sliding_window,
+                tree_mask,
             )
         return out
 
@@ -140,6 +151,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
+def _tree_masks_host(metadata: AttentionMetadata) -> Sequence[int]:
+    """Per query token its tree bitmask (0: causal); empty in a step without trees."""
+    if metadata.tree_mask is None:
+        return ()
+    return metadata.tree_mask_host or metadata.tree_mask.tolist()
+
+
 def _sequence_attention(
     q: torch.Tensor,  # [q_len, Hq, D]
     kv_cache: torch.Tensor,  # [2, num_blocks, block_size, Hkv, D]
@@ -148,6 +166,7 @@ def _sequence_attention(
     sinks: torch.Tensor,  # [Hq]
     scale: float,
     sliding_window: int | None,
+    tree_mask: Sequence[int] | None = None,  # [q_len] ancestor bitmasks (AttentionMetadata)
 ) -> torch.Tensor:
     q_len, num_heads, dim = q.shape
     block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
@@ -163,7 +182,10 @@ def _sequence_attention(
     values = values.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q.float(), keys) * scale  # [Hq, q_len, K]
     query_pos = torch.arange(first_query_pos, seq_len, device=q.device)
-    visible = key_pos[None, :] <= query_pos[:, None]
+    if tree_mask is None:
+        visible = key_pos[None, :] <= query_pos[:, None]
+    else:
+        visible, query_pos, key_pos = _tree_visibility(tree_mask, key_pos, first_query_pos)
     if sliding_window is not None:
         visible &= query_pos[:, None] - key_pos[None, :] < sliding_window
     scores = scores.masked_fill(~visible, float("-inf"))
@@ -171,3 +193,24 @@ def _sequence_attention(
     probs = torch.softmax(torch.cat((scores, sink_column), dim=-1), dim=-1)[..., :-1]
     out = torch.einsum("hqk,khd->qhd", probs, values)
     return out.to(q.dtype)
+
+
+def _tree_visibility(
+    tree_mask: Sequence[int],  # [q_len] ancestor bitmasks
+    key_pos: torch.Tensor,  # [K] the slots' positions
+    first_query_pos: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(visible [q_len, K], query positions [q_len], key positions [K]) of a tree step: keys
+    before the step are seen by all, the step's keys by the tokens whose mask has their bit; a
+    step token sits at first_query_pos + its depth (popcount - 1), as query and as key."""
+    device = key_pos.device
+    bits = torch.tensor(list(tree_mask), dtype=torch.int64, device=device)
+    depths = torch.tensor([mask.bit_count() - 1 for mask in tree_mask], device=device)
+    query_pos = first_query_pos + depths
+    in_step = key_pos >= first_query_pos
+    step_index = (key_pos - first_query_pos).clamp_min(0)  # [K] query index of a step key
+    ancestor = (bits[:, None] >> step_index[None, :]) & 1 == 1
+    visible = ancestor | ~in_step[None, :]
+    key_depths = depths[step_index.clamp_max(len(bits) - 1)]
+    key_pos = torch.where(in_step, first_query_pos + key_depths, key_pos)
+    return visible, query_pos, key_pos

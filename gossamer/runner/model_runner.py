@@ -31,6 +31,7 @@ EAGER_NO_GRAPHS = "eager_no_graphs"  # nothing captured: CPU, torch ops, cuda_gr
 EAGER_PREFILL = "eager_prefill"  # some sequence feeds tokens it wants no logits for (prompt chunk)
 EAGER_MIXED = "eager_mixed_query_lens"  # all logits wanted, but query lengths differ
 EAGER_NO_GRAPH_FOR_SHAPE = "eager_no_graph_for_shape"  # uniform, but no graph of that batch and q
+EAGER_TREE = "eager_tree"  # tree speculation: graphs hold no tree mask
 
 
 @dataclass
@@ -41,6 +42,10 @@ class SeqInput:
     start: int  # position of token_ids[0] (= tokens already in the KV cache)
     block_tables: tuple  # per cache group, list or int32 array; entry i holds positions i*bs..
     num_logits: int = 1  # logits wanted for the last num_logits fed tokens (0 mid-prefill)
+    # Tree speculation: per fed token, its attention bitmask over the fed tokens (see
+    # AttentionMetadata.tree_mask); the token runs at position start + popcount - 1 but keeps its
+    # slot start + index. None: a causal sequence.
+    tree_mask: tuple[int, ...] | None = None
 
 
 def uniform_query_len(seqs: list[SeqInput]) -> int | None:
@@ -59,6 +64,8 @@ def plan_step(
     step, the smallest whose batch holds it; else (None, the EAGER_* reason)."""
     if not graph_keys:
         return None, EAGER_NO_GRAPHS
+    if any(seq.tree_mask is not None for seq in seqs):
+        return None, EAGER_TREE
     q = uniform_query_len(seqs)
     if q is None:
         prefill = any(seq.num_logits != len(seq.token_ids) for seq in seqs)
@@ -114,6 +121,7 @@ class ModelRunner:
             "block_tables": np.zeros((groups, seqs, self.max_blocks_per_seq), dtype=np.int32),
             "query_start_loc": np.zeros(seqs + 1, dtype=np.int32),
             "seq_lens": np.zeros(seqs, dtype=np.int32),
+            "tree_mask": np.zeros(tokens, dtype=np.int64),
         }
         self.dev = {
             name: torch.from_numpy(array).to(self.device) for name, array in self.host.items()
@@ -209,13 +217,40 @@ class ModelRunner:
         self.step_modes[mode] += 1
         if key is not None:
             return self._replay(key, len(seqs))
+        tree = self._fill_tree(seqs)
         self._upload(num_tokens, len(seqs))
         metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
+        if tree:
+            self._add_tree_mask(metadata, num_tokens)
         hidden, self.last_extras = self._forward(
             self.dev["input_ids"][:num_tokens], self.dev["positions"][:num_tokens], metadata
         )
         index = torch.tensor(rows, device=self.device, dtype=torch.long)
         return self.model.compute_logits(hidden[index])
+
+    def _fill_tree(self, seqs: list[SeqInput]) -> bool:
+        """Tree speculation: the tree tokens' masks and depth positions into the host arrays (mask
+        0 for the other tokens). False, writing nothing, for a step without trees."""
+        if all(seq.tree_mask is None for seq in seqs):
+            return False
+        masks, positions = self.host["tree_mask"], self.host["positions"]
+        cursor = 0
+        for seq in seqs:
+            n = len(seq.token_ids)
+            if seq.tree_mask is None:
+                masks[cursor : cursor + n] = 0
+            else:
+                masks[cursor : cursor + n] = seq.tree_mask
+                depths = [mask.bit_count() - 1 for mask in seq.tree_mask]
+                positions[cursor : cursor + n] = np.add(seq.start, depths)
+            cursor += n
+        return True
+
+    def _add_tree_mask(self, metadata: AttentionMetadata, num_tokens: int) -> None:
+        host = self.host["tree_mask"][:num_tokens]
+        metadata.tree_mask = self.dev["tree_mask"][:num_tokens]
+        metadata.tree_mask.copy_(torch.from_numpy(host))
+        metadata.tree_mask_host = tuple(host.tolist())
 
     def _forward(
         self,

@@ -190,6 +190,15 @@ class EngineStatsCollector(Collector):
         yield _counter(
             "num_preemptions", "Requests preempted for KV cache space", stats.num_preemptions
         )
+        if stats.runner_steps:
+            steps = CounterMetricFamily(
+                f"{PREFIX}runner_steps",
+                "Model steps by how they ran: graph (a CUDA graph replayed) or eager_<reason>",
+                labels=["mode"],
+            )
+            for mode, count in sorted(stats.runner_steps.items()):
+                steps.add_metric([mode], float(count))
+            yield steps
         if stats.spec_stats:
             spec = GaugeMetricFamily(
                 f"{PREFIX}spec_decode", "Speculative decoding statistics", labels=["stat"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gossamer.spec.config import SpecConfig
+from gossamer.spec.config import SpecConfig, SpecConfigError
 from gossamer.spec.ngram import NgramProposer
 from gossamer.spec.proposer import Proposer
 from gossamer.spec.speculator import Speculator
@@ -22,6 +22,7 @@ def build_speculator(
     num_blocks: int,
 ) -> Speculator:
     """`num_blocks`: the target's KV block count (the default size of a draft model's pool)."""
+    _check_tree_fits(config, engine_config)
     proposers: dict[str, Proposer] = {}
     runner_class = None
     for method in config.proposer_methods:
@@ -50,3 +51,14 @@ def build_speculator(
     speculator = Speculator(config, proposers)
     speculator.target_runner_class = runner_class
     return speculator
+
+
+def _check_tree_fits(config: SpecConfig, engine_config: EngineConfig) -> None:
+    """A tree's nodes are tokens of the step that verifies them, next to the pending token."""
+    tree = config.tree
+    if tree is not None and 1 + tree.num_nodes > engine_config.max_num_batched_tokens:
+        raise SpecConfigError(
+            f"speculative config: the tree's {tree.num_nodes} nodes and the pending token do not "
+            f"fit max_num_batched_tokens={engine_config.max_num_batched_tokens}; use a smaller "
+            "tree or a larger token budget"
+        )

@@ -6,6 +6,7 @@
     --speculative-config '{"method": "eagle3", "model": "/ckpt/gpt-oss-120b-eagle3"}'
     --speculative-config auto              # ngram + suffix, chosen per request
     --speculative-config '{"method": "auto", "model": "/ckpt/gpt-oss-20b"}'   # + a draft model
+    --speculative-config '{"method": "eagle3", "model": "/ckpt/e3", "tree": {"branching": [3, 2, 1]}}'
 
 The value is JSON, the path of a .json file, or a bare method name. This module imports nothing
 heavy: the engine config can hold a `SpecConfig` without loading any proposer.
@@ -18,6 +19,8 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from gossamer.spec.tree import TreeShape, TreeShapeError, parse_tree
 
 METHODS = ("ngram", "suffix", "draft", "eagle3", "auto")
 MODEL_METHODS = ("draft", "eagle3")
@@ -61,10 +64,19 @@ class SpecConfig:
     # (optionally under "cost_table": what `benchmarks/spec_decode.py verify-cost --cost-table`
     # writes). None: the built-in H200 gpt-oss-120b table.
     cost_table: Any = None
+    # draft / eagle3: tree drafts instead of chains (gossamer/spec/tree.py): {"branching": [3, 2,
+    # 1, 1]} (the top-k children of every node, per depth) or {"paths": [[0], [1], [0, 0], ...]}
+    # (EAGLE-style rank paths). Its depth must not exceed num_speculative_tokens; every node is a
+    # token of the verification step. None: chains.
+    tree: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "methods", tuple(self.methods))
         object.__setattr__(self, "cost_table", _cost_table(self.cost_table))
+        try:
+            object.__setattr__(self, "tree", parse_tree(self.tree))
+        except TreeShapeError as error:
+            raise SpecConfigError(f"speculative config: tree {error}") from error
         for name, ok, message in self._checks():
             if not ok:
                 raise SpecConfigError(f"speculative config: {name} {message}")
@@ -111,6 +123,21 @@ class SpecConfig:
                 "methods",
                 all(m in METHODS and m != "auto" for m in self.methods),
                 f"entries must be among {', '.join(METHODS[:-1])}",
+            ),
+            *self._tree_checks(),
+        ]
+
+    def _tree_checks(self) -> list[tuple[str, bool, str]]:
+        tree: TreeShape | None = self.tree
+        if tree is None:
+            return []
+        return [
+            ("tree", self.method in MODEL_METHODS, "needs method draft or eagle3"),
+            ("tree", not self.cost_aware, "does not work with cost_aware (a cost per chain k)"),
+            (
+                "tree",
+                tree.max_depth <= self.num_speculative_tokens,
+                f"has depth {tree.max_depth}: set num_speculative_tokens to at least that",
             ),
         ]
 
@@ -245,7 +272,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help='speculative decoding, JSON like vLLM\'s: \'{"method": "ngram", '
         '"num_speculative_tokens": 4}\'; methods: ngram, suffix, draft (+ "model"), '
-        'eagle3 (+ "model"), auto; or a .json path, or a bare method name',
+        'eagle3 (+ "model", either optionally + "tree": {"branching": [3, 2, 1, 1]}), auto; '
+        "or a .json path, or a bare method name",
     )
 
 

@@ -10,6 +10,12 @@ not scheduled by the engine's scheduler: it lives one step behind the target, in
    verification: the known tokens plus the accepted drafts), then feed the true tokens it has not
    seen, the target's pending last token included (chunked to the runner's token budget);
 2. chain: draw draft 0 from the last logits, feed it, draw draft 1, ... k - 1 feeds in all.
+   Or, with a tree shape, grow the tree one depth at a time (drafting.grow_trees): the nodes of
+   depth d are the top-ranked tokens after their parents, whose logits come from one feed of all
+   nodes so far under a tree mask (earlier depths are fed again: their KV in the draft's cache
+   would be seen by every node, ancestor or not). The nodes never count as fed: the next
+   proposal overwrites their slots, and the true tokens the target accepted are fed in its
+   catch-up.
 
 Prefix caching is off in the draft pool: its tables hold speculative tokens that get rolled back.
 When the pool runs dry, the states of requests outside the current batch are dropped first, then
@@ -19,7 +25,7 @@ the request itself goes without a draft; a dropped request recomputes from its f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,8 +34,9 @@ from gossamer.cache.layout import KVCacheLayout
 from gossamer.cache.manager import KVCacheManager
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.runner.model_runner import ModelRunner, SeqInput
-from gossamer.spec.drafting import draw_drafts, stack_probs
+from gossamer.spec.drafting import draw_drafts, grow_trees, stack_probs
 from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
+from gossamer.spec.tree import TreeShape, ancestor_masks
 
 if TYPE_CHECKING:
     from gossamer.engine.core import EngineConfig
@@ -66,9 +73,11 @@ class DraftModelProposer(BaseProposer):
         max_num_batched_tokens: int,
         cuda_graphs: bool = True,
         seed: int = 0,
+        tree: TreeShape | None = None,
     ) -> None:
         self.model = model
         self.num_speculative_tokens = num_speculative_tokens
+        self.tree = tree
         self.manager = KVCacheManager.from_layout(
             KVCacheLayout.from_model_config(model.config),
             num_blocks,
@@ -119,6 +128,7 @@ class DraftModelProposer(BaseProposer):
             max_num_batched_tokens=engine_config.max_num_batched_tokens,
             cuda_graphs=engine_config.cuda_graphs,
             seed=engine_config.seed + 1,
+            tree=config.tree,
         )
 
     # ---- proposing -----------------------------------------------------------------------------
@@ -128,6 +138,8 @@ class DraftModelProposer(BaseProposer):
         ready: list[tuple[int, SpecRequest, _DraftSequence, int]] = []
         for index, request in enumerate(requests):
             count = min(self.num_speculative_tokens, request.max_draft_tokens)
+            if self.tree is not None:  # the nodes within that depth
+                count = self.tree.num_nodes_within(count)
             sequence = self._prepare(request, count, batch_ids)
             if sequence is not None:
                 ready.append((index, request, sequence, count))
@@ -135,6 +147,8 @@ class DraftModelProposer(BaseProposer):
         if not ready:
             return drafts
         first_logits = self._catch_up([(request, sequence) for _, request, sequence, _ in ready])
+        if self.tree is not None:
+            return self._trees(ready, first_logits, drafts)
         chains = self._chain(ready, first_logits)
         for (index, *_), (tokens, probs) in zip(ready, chains, strict=True):
             drafts[index] = Draft(tokens, stack_probs(probs))
@@ -144,7 +158,8 @@ class DraftModelProposer(BaseProposer):
         self, request: SpecRequest, count: int, batch_ids: set[str]
     ) -> _DraftSequence | None:
         """Roll the request's draft cache back to what is still true and make room for the
-        catch-up tokens and count - 1 drafts. None when the pool cannot hold it."""
+        catch-up tokens and count drafts (a chain feeds count - 1 of them, a tree at most all).
+        None when the pool cannot hold it."""
         truth = request.token_ids
         sequence = self._sequences.get(request.request_id)
         if sequence is None or not self.manager.has_request(request.request_id):
@@ -155,7 +170,7 @@ class DraftModelProposer(BaseProposer):
             self.manager.truncate(request.request_id, valid)
         del sequence.all_token_ids[valid:]
         sequence.num_computed_tokens = sequence.num_true_tokens = valid
-        num_new = len(truth) - valid + count - 1
+        num_new = len(truth) - valid + count - (self.tree is None)
         if self._allocate(sequence, num_new, batch_ids):
             return sequence
         self._drop(request.request_id)
@@ -214,6 +229,42 @@ class DraftModelProposer(BaseProposer):
             logits = self.runner.run(seqs)
             for i, seq in zip(active, seqs, strict=True):
                 self._advance(ready[i][2], seq.token_ids, true_tokens=False)
+
+    def _trees(
+        self,
+        ready: list[tuple[int, SpecRequest, _DraftSequence, int]],
+        first_logits: list[torch.Tensor],
+        drafts: list[Draft | None],
+    ) -> list[Draft | None]:
+        tree = self.tree
+        sizes = [count for *_, count in ready]
+
+        def score(deeper: list[int], tokens: list[list[int]]) -> torch.Tensor:
+            seqs = []
+            for r in deeper:
+                nodes = tokens[r]
+                depth = tree.depths[len(nodes) - 1]
+                masks = ancestor_masks(tree.parents[: len(nodes)], with_root=False)
+                seq = self._seq_input(ready[r][2], nodes, len(tree.level(depth, len(nodes))))
+                seqs.append(replace(seq, tree_mask=masks))
+            return self._run_within_budget(seqs)
+
+        grown = grow_trees(tree, sizes, torch.stack(first_logits), score)
+        for (index, *_), tokens in zip(ready, grown, strict=True):
+            drafts[index] = Draft(tokens, None, list(tree.parents[: len(tokens)]))
+        return drafts
+
+    def _run_within_budget(self, seqs: list[SeqInput]) -> torch.Tensor:
+        """The logits of `seqs`, run in as many steps as the runner's token budget needs."""
+        runner, parts, batch, used = self.runner, [], [], 0
+        for seq in seqs:
+            if batch and used + len(seq.token_ids) > runner.max_tokens:
+                parts.append(runner.run(batch))
+                batch, used = [], 0
+            batch.append(seq)
+            used += len(seq.token_ids)
+        parts.append(runner.run(batch))
+        return torch.cat(parts)
 
     def _seq_input(self, sequence: _DraftSequence, tokens: list[int], num_logits: int) -> SeqInput:
         tables = self.manager.block_tables(sequence.request_id)

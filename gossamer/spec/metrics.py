@@ -8,6 +8,13 @@ Keys (cumulative since start):
   (1 + accepted / drafts), the number a speedup estimate needs;
 - acceptance_rate_pos_{i}: of the proposals that had a draft at position i, the share whose
   draft i was accepted (so pos_0 >= pos_1 >= ...);
+- tree drafts: num_draft_tokens counts every node (what verification computed), so acceptance_rate
+  is accepted tokens per verified node and falls as trees widen; positions are depths (pos_i: of
+  the trees with a node at depth i + 1, the share that accepted a path that deep);
+  mean_accepted_length keeps its meaning (tokens per step and request). num_draft_positions adds
+  up the longest acceptable length of each proposal (a chain's length, a tree's depth: equal to
+  num_draft_tokens without trees), num_tree_drafts counts the tree proposals and
+  num_tree_verify_steps the steps that verified trees (eager: no graph holds a tree mask);
 - {method}_num_drafts, {method}_num_accepted_tokens, {method}_num_draft_tokens: per proposer;
 - num_disabled_requests: times a request's speculation switched off for low acceptance;
   num_disabled_steps: steps without proposals because the batch was too large;
@@ -38,12 +45,21 @@ class SpecMetrics:
         self.num_prefill_verify_steps = 0
         self.num_padding_tokens = 0
         self.num_cost_off_steps = 0
+        self.num_draft_positions = 0
+        self.num_tree_drafts = 0
+        self.num_tree_verify_steps = 0
 
-    def record(self, method: str, num_drafted: int, num_accepted: int) -> None:
+    def record(
+        self, method: str, num_drafted: int, num_accepted: int, depth: int | None = None
+    ) -> None:
+        """One verified proposal of `num_drafted` tokens; `depth` for a tree (None: a chain)."""
+        positions = num_drafted if depth is None else depth
         self.num_drafts += 1
         self.num_draft_tokens += num_drafted
         self.num_accepted_tokens += num_accepted
-        for position in range(min(num_drafted, len(self.drafted_at))):
+        self.num_draft_positions += positions
+        self.num_tree_drafts += depth is not None
+        for position in range(min(positions, len(self.drafted_at))):
             self.drafted_at[position] += 1
             self.accepted_at[position] += position < num_accepted
         counts = self.by_method[method]
@@ -65,6 +81,9 @@ class SpecMetrics:
             "num_prefill_verify_steps": self.num_prefill_verify_steps,
             "num_padding_tokens": self.num_padding_tokens,
             "num_cost_off_steps": self.num_cost_off_steps,
+            "num_draft_positions": self.num_draft_positions,
+            "num_tree_drafts": self.num_tree_drafts,
+            "num_tree_verify_steps": self.num_tree_verify_steps,
         }
         for position, drafted in enumerate(self.drafted_at):
             stats[f"acceptance_rate_pos_{position}"] = _ratio(self.accepted_at[position], drafted)

@@ -24,10 +24,15 @@ if TYPE_CHECKING:
 class Draft:
     """Guessed tokens. `probs` is the distribution each token was drawn from ([k, vocab], target
     vocabulary, rows sum to 1), needed for exact rejection sampling; None means the proposer picked
-    them deterministically (a point mass: n-gram lookups, greedy drafts)."""
+    them deterministically (a point mass: n-gram lookups, greedy drafts, top-k tree children).
+
+    `parents` makes it a tree draft (gossamer/spec/tree.py): token i follows token parents[i]
+    (-1: the request's pending token), in breadth-first order; a tree's `probs` row i is the
+    distribution node i was drawn from independently of its siblings. None: a chain."""
 
     token_ids: list[int]
     probs: torch.Tensor | None = None
+    parents: list[int] | None = None
 
 
 @dataclass
@@ -65,9 +70,15 @@ class Proposer(Protocol):
         here). `live` maps each still-running scheduled request to its tokens."""
         ...
 
+    def accepted_paths(self, paths: dict[str, list[int]]) -> None:
+        """After a step that verified tree drafts, before `observe`: per request, the accepted
+        nodes in path order. The step fed node i as its token 1 + i; the KV of the path has
+        since moved to tokens 1, 2, ... (a chain's places), per-token outputs have not."""
+        ...
+
 
 class BaseProposer:
-    """No-op feedback, release and observe, for proposers that need none of them."""
+    """No-op feedback, release, observe and accepted_paths, for proposers that need none."""
 
     name = "base"
 
@@ -81,4 +92,7 @@ class BaseProposer:
         return None
 
     def observe(self, scheduled: SchedulerOutput, live: dict[str, list[int]]) -> None:
+        return None
+
+    def accepted_paths(self, paths: dict[str, list[int]]) -> None:
         return None

@@ -25,6 +25,12 @@ When to speculate:
   the most expected tokens per unit of step cost (gossamer/spec/cost.py): an upper bound before
   proposing, the final k once the drafts are known.
 
+Tree drafts (`tree` in the config, draft and eagle3 only; gossamer/spec/tree.py): a draft is a
+tree of top-k guesses, fed in breadth-first order; `tree_mask` gives the engine each request's
+attention masks for the runner, `sample` verifies down the tree, and `keep_accepted_kv` copies
+the accepted path's KV to a chain's slots before the scheduler rolls back the rest. Tree steps
+are never padded (no graph holds a tree mask).
+
 Padding (`pad_drafts`): once any decode of the next step has a draft, every decode gets drafts of
 one length (the smallest of `draft_len_ladder` that holds the longest draft), the missing ones
 filled with filler that `sample` never verifies. The step then has the uniform (batch, 1 + k) shape
@@ -48,6 +54,7 @@ from gossamer.spec.config import SpecConfig
 from gossamer.spec.cost import DraftLengthChooser
 from gossamer.spec.metrics import SpecMetrics
 from gossamer.spec.proposer import Draft, Proposer, SpecRequest
+from gossamer.spec.tree import ancestor_masks, move_accepted_kv, node_depths, tree_depth
 from gossamer.spec.verify import verify
 
 
@@ -73,6 +80,8 @@ class Speculator:
         self._states: dict[str, _RequestState] = {}
         self._pending: dict[str, tuple[str, Draft]] = {}  # drafts handed to the scheduler
         self._tracked: dict[str, Request] = {}  # requests some proposer may hold state for
+        # the last verification's accepted tree paths: request id -> (index in its batch, nodes)
+        self._tree_paths: dict[str, tuple[int, list[int]]] = {}
         self._step = 0
         self.chooser = None  # cost-aware k (gossamer/spec/cost.py)
         if config.chooses_k:
@@ -92,12 +101,13 @@ class Speculator:
         rows: Sequence[SamplingRow],
         shared_generator: torch.Generator,
     ) -> tuple[list[list[int]], list[list[TokenLogprobs | None]]]:
-        drafts, draft_probs, kept_rows = [], [], []
+        drafts, draft_probs, parents, kept_rows = [], [], [], []
         offset = 0
         for item in items:
             draft = self._real_draft(item)
             drafts.append(draft)
             draft_probs.append(self._draft_probs(item.request_id, draft))
+            parents.append(self._draft_parents(item.request_id, draft))
             kept_rows.extend(range(offset, offset + len(draft) + 1))
             offset += item.num_draft_tokens + 1
         if len(kept_rows) < offset:
@@ -106,7 +116,34 @@ class Speculator:
             # KV back with the rejected tokens'.
             self.metrics.num_padding_tokens += offset - len(kept_rows)
             logits = logits[torch.tensor(kept_rows, device=logits.device)]
-        return verify(logits, rows, drafts, draft_probs, shared_generator)
+        verified = verify(logits, rows, drafts, draft_probs, shared_generator, parents)
+        self._tree_paths = {
+            item.request_id: (index, path)
+            for index, (item, tree, path) in enumerate(
+                zip(items, parents, verified.paths, strict=True)
+            )
+            if tree is not None
+        }
+        return verified.tokens, verified.logprobs
+
+    def tree_mask(self, item: ScheduledRequest) -> tuple[int, ...] | None:
+        """The attention masks of a step that verifies the request's tree draft (root first),
+        for the runner (`SeqInput.tree_mask`); None for chains and steps without drafts."""
+        draft = self._real_draft(item)
+        parents = self._draft_parents(item.request_id, draft)
+        return None if parents is None else ancestor_masks(parents, with_root=True)
+
+    def keep_accepted_kv(self, kv_cache: torch.Tensor, seqs: Sequence[SeqInput]) -> None:
+        """After `sample`: copy the KV of each accepted tree path to the slots a chain would
+        have used (the scheduler then keeps them and rolls back the rest). `seqs`: the step's
+        inputs of the requests `sample` verified, in its order."""
+        moves = [
+            (seqs[index].block_tables, seqs[index].start, path)
+            for index, path in self._tree_paths.values()
+            if path
+        ]
+        if moves:
+            move_accepted_kv(kv_cache, moves)
 
     def _real_draft(self, item: ScheduledRequest) -> list[int]:
         """The proposed drafts the step fed, without padding filler (the scheduler may have cut
@@ -120,8 +157,10 @@ class Speculator:
 
     def record_step_shape(self, seqs: Sequence[SeqInput]) -> None:
         """Count a verification step as uniform (a CUDA graph can replay it), ragged (decodes
-        only, draft lengths differ) or mixed with a prompt chunk (never a graph)."""
-        if uniform_query_len(list(seqs)) is not None:
+        only, draft lengths differ), mixed with a prompt chunk (never a graph) or a tree step."""
+        if any(seq.tree_mask is not None for seq in seqs):
+            self.metrics.num_tree_verify_steps += 1
+        elif uniform_query_len(list(seqs)) is not None:
             self.metrics.num_uniform_verify_steps += 1
         elif any(seq.num_logits < len(seq.token_ids) for seq in seqs):
             self.metrics.num_prefill_verify_steps += 1
@@ -137,6 +176,14 @@ class Speculator:
         if proposed.token_ids[: len(draft)] != draft:
             raise RuntimeError(f"draft tokens of {request_id!r} changed between propose and verify")
         return proposed.probs[: len(draft)]
+
+    def _draft_parents(self, request_id: str, draft: list[int]) -> list[int] | None:
+        """The parents of a tree draft's first len(draft) nodes (the scheduler may have cut
+        the tail: breadth-first order keeps the rest a tree); None for a chain."""
+        pending = self._pending.get(request_id)
+        if not draft or pending is None or pending[1].parents is None:
+            return None
+        return pending[1].parents[: len(draft)]
 
     # ---- after the step ----------------------------------------------------------------------
 
@@ -156,7 +203,11 @@ class Speculator:
             if request is not None:
                 live[item.request_id] = request.all_token_ids
                 self._tracked[item.request_id] = request
+        paths = {request_id: path for request_id, (_, path) in self._tree_paths.items()}
+        self._tree_paths = {}
         for proposer in self.proposers.values():
+            if paths:
+                proposer.accepted_paths(paths)
             proposer.observe(scheduled, live)
         self._propose(scheduler, row_for)
 
@@ -170,9 +221,13 @@ class Speculator:
                 continue
             method, num_accepted = pending[0], len(tokens) - 1
             num_drafted = min(len(pending[1].token_ids), item.num_draft_tokens)
-            self.metrics.record(method, num_drafted, num_accepted)
-            self.proposers[method].feedback(item.request_id, num_drafted, num_accepted)
-            self._update_state(item.request_id, method, num_drafted, num_accepted)
+            depth = None
+            if pending[1].parents is not None:  # a tree: acceptance is judged against its depth
+                depth = tree_depth(pending[1].parents[:num_drafted])
+            self.metrics.record(method, num_drafted, num_accepted, depth)
+            num_positions = num_drafted if depth is None else depth
+            self.proposers[method].feedback(item.request_id, num_positions, num_accepted)
+            self._update_state(item.request_id, method, num_positions, num_accepted)
 
     def _update_state(self, request_id: str, method: str, drafted: int, accepted: int) -> None:
         state = self._states.setdefault(request_id, _RequestState())
@@ -215,7 +270,7 @@ class Speculator:
             for request in scheduler.running
             if (spec := self._candidate(scheduler, request, row_for))
         ]
-        padded = self._can_pad(scheduler)
+        padded = self.config.tree is None and self._can_pad(scheduler)
         if self.chooser is None:
             drafts = self._collect(candidates)
         else:
@@ -372,7 +427,12 @@ def _decodes(scheduler: Scheduler) -> list[Request]:
 
 
 def _truncated(draft: Draft, count: int) -> Draft:
+    """At most `count` drafts on any path from the pending token: a chain's first `count`, a
+    tree's nodes down to depth `count` (breadth first, its first nodes)."""
+    if draft.parents is not None:
+        count = sum(depth <= count for depth in node_depths(draft.parents))
     if len(draft.token_ids) <= count:
         return draft
     probs = draft.probs[:count] if draft.probs is not None else None
-    return Draft(draft.token_ids[:count], probs)
+    parents = draft.parents[:count] if draft.parents is not None else None
+    return Draft(draft.token_ids[:count], probs, parents)

@@ -16,12 +16,30 @@ the pending token and drafts[:j]. Each row is processed like the sampler does fo
   the same as drawing y ~ p_j and accepting iff y == x_j (then y is the correction). We draw y
   with the sampler's own exponential race and the request's generator, one draw per emitted token,
   so a seeded request produces the very tokens it would produce without speculation.
+
+Tree drafts (gossamer/spec/tree.py): row 0 holds the logits after the pending token (the root),
+row 1 + i those after node i, whose history is the tokens of its path from the root. Verification
+walks down from the root, at each node choosing among its children in order:
+- Greedy: the child equal to the target's argmax, if any; else the argmax is the extra token. The
+  accepted path is the longest whose every token is the argmax: plain greedy decoding again.
+- Random, children with distributions (each child drawn from its q independently of its
+  siblings): multi-candidate rejection sampling. With r = p, try each child x: accept it with
+  probability min(1, r(x) / q(x)); on rejection r <- norm(max(0, r - q)) and try the next; when
+  all are rejected the extra token is drawn from r. Each try is one speculative-sampling step
+  whose target is the residual r, so what comes out has distribution p.
+- Random, point-mass children (top-k children: what the draft and EAGLE-3 proposers build): the
+  same rule with q = one-hot(x) accepts x with probability r(x) and otherwise removes x from r.
+  Trying the children in turn is therefore one draw y ~ p, accepting the child equal to y (if
+  none is, y is the extra token): one race draw per emitted token, as for point-mass chains, so a
+  seeded request again produces the very tokens of plain decoding. NOTE: top-k children must be
+  verified as point masses; taking q = the draft's softmax there would bias the output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 
@@ -35,12 +53,36 @@ from gossamer.runner.sampler import (
 )
 
 
-def position_rows(row: SamplingRow, draft: Sequence[int]) -> list[SamplingRow]:
-    """One sampling row per verified position: position j has drafts[:j] in its output."""
+class Verified(NamedTuple):
+    """Per request: the emitted tokens (accepted drafts + 1), their logprobs, and the accepted
+    draft indices in order (a chain's first ones; a tree's path from the root)."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[TokenLogprobs | None]]
+    paths: list[list[int]]
+
+
+def position_rows(
+    row: SamplingRow, draft: Sequence[int], parents: Sequence[int] | None = None
+) -> list[SamplingRow]:
+    """One sampling row per verified position: position j has drafts[:j] in its output (a tree's
+    row 1 + i: the tokens of node i's path)."""
     if not draft:
         return [row]
     output = list(row.output_token_ids)
-    return [replace(row, output_token_ids=output + list(draft[:j])) for j in range(len(draft) + 1)]
+    return [
+        replace(row, output_token_ids=output + history) for history in _histories(draft, parents)
+    ]
+
+
+def _histories(draft: Sequence[int], parents: Sequence[int] | None) -> list[list[int]]:
+    """The drafts each verified position has seen: [[], drafts[:1], ...] or per tree node."""
+    if parents is None:
+        return [list(draft[:j]) for j in range(len(draft) + 1)]
+    histories: list[list[int]] = [[]]
+    for token, parent in zip(draft, parents, strict=True):
+        histories.append(histories[parent + 1] + [token])
+    return histories
 
 
 def greedy_accept(target_argmax: Sequence[int], draft: Sequence[int]) -> list[int]:
@@ -93,16 +135,98 @@ def rejection_sample(
     return tokens
 
 
+Pick = Callable[[int, list[int]], tuple[int, int | None]]
+
+
+def walk_tree(parents: Sequence[int], pick: Pick) -> tuple[list[int], list[int]]:
+    """(emitted tokens, accepted nodes) of a tree walk from the root. `pick(row, children)` gets
+    the logits row of the current node (0: the root, 1 + i: node i) and its children in order,
+    and returns the token it emits there and the child it accepts (None: the walk ends)."""
+    children: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for node, parent in enumerate(parents):
+        children[parent + 1].append(node)
+    emitted: list[int] = []
+    path: list[int] = []
+    row = 0
+    while True:
+        token, child = pick(row, children[row])
+        emitted.append(token)
+        if child is None:
+            return emitted, path
+        path.append(child)
+        row = child + 1
+
+
+def _child_with(token: int, children: list[int], draft: Sequence[int]) -> int | None:
+    return next((child for child in children if draft[child] == token), None)
+
+
+def greedy_accept_tree(
+    target_argmax: Sequence[int], draft: Sequence[int], parents: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """target_argmax [n + 1] -> (tokens, accepted nodes): the longest argmax path + 1 token."""
+
+    def pick(row: int, children: list[int]) -> tuple[int, int | None]:
+        token = target_argmax[row]
+        return token, _child_with(token, children, draft)
+
+    return walk_tree(parents, pick)
+
+
+def accept_point_mass_tree(
+    probs: torch.Tensor,  # [n + 1, vocab] target distributions (unnormalised is fine)
+    draft: Sequence[int],
+    parents: Sequence[int],
+    generator: torch.Generator,
+) -> tuple[list[int], list[int]]:
+    """Top-k children: one race draw per node on the path (see the module doc)."""
+
+    def pick(row: int, children: list[int]) -> tuple[int, int | None]:
+        token = race(probs[row], generator)
+        return token, _child_with(token, children, draft)
+
+    return walk_tree(parents, pick)
+
+
+def rejection_sample_tree(
+    probs: torch.Tensor,  # [n + 1, vocab] target, rows sum to 1
+    draft: Sequence[int],  # [n]
+    parents: Sequence[int],  # [n]
+    draft_probs: torch.Tensor,  # [n, vocab] row i: the distribution node i was drawn from
+    generator: torch.Generator,
+) -> tuple[list[int], list[int]]:
+    """Multi-candidate rejection sampling down the tree (see the module doc)."""
+
+    def pick(row: int, children: list[int]) -> tuple[int, int | None]:
+        residual = probs[row]
+        for child in children:
+            token, q = draft[child], draft_probs[child].to(residual.device)
+            p_token, q_token = float(residual[token]), float(q[token])
+            if q_token > 0 and float(torch.rand(1, generator=generator)) * q_token < p_token:
+                return token, child
+            rest = (residual - q).clamp_min(0)
+            total = float(rest.sum())
+            if total > 0:  # else residual == q up to rounding: keep it (see rejection_sample)
+                residual = rest / total
+        return race(residual, generator), None
+
+    return walk_tree(parents, pick)
+
+
 def verify(
     logits: torch.Tensor,  # [sum(k_i + 1), vocab] target logits, request by request
     rows: Sequence[SamplingRow],  # one per request
     drafts: Sequence[Sequence[int]],  # k_i draft tokens per request (may be empty)
     draft_probs: Sequence[torch.Tensor | None],  # [k_i, vocab] or None (point mass)
     shared_generator: torch.Generator,
-) -> tuple[list[list[int]], list[list[TokenLogprobs | None]]]:
-    """Tokens (accepted drafts + 1) and their logprobs per request."""
+    parents: Sequence[Sequence[int] | None] | None = None,  # per request: a tree's, None: chain
+) -> Verified:
+    """Tokens (accepted drafts + 1), their logprobs and the accepted drafts per request."""
+    trees = parents if parents is not None else [None] * len(drafts)
     all_rows = [
-        r for row, draft in zip(rows, drafts, strict=True) for r in position_rows(row, draft)
+        r
+        for row, draft, tree in zip(rows, drafts, trees, strict=True)
+        for r in position_rows(row, draft, tree)
     ]
     if logits.shape[0] != len(all_rows):
         raise ValueError(f"{logits.shape[0]} logits rows for {len(all_rows)} verified positions")
@@ -111,22 +235,50 @@ def verify(
     argmax = processed.argmax(dim=-1).tolist()
     random_probs = _random_probs(processed, all_rows)
     tokens: list[list[int]] = []
+    paths: list[list[int]] = []
     offset = random_offset = 0
-    for row, draft, q in zip(rows, drafts, draft_probs, strict=True):
+    for row, draft, q, tree in zip(rows, drafts, draft_probs, trees, strict=True):
         span = len(draft) + 1
         if row.params.greedy:
-            tokens.append(greedy_accept(argmax[offset : offset + span], draft))
+            emitted, path = _accept_greedy(argmax[offset : offset + span], draft, tree)
         else:
             probs = random_probs[random_offset : random_offset + span]
             random_offset += span
             generator = row.generator or shared_generator
-            if q is None or not draft:
-                tokens.append(accept_point_mass(probs, draft, generator))
-            else:
-                probs = probs / probs.sum(dim=-1, keepdim=True)
-                tokens.append(rejection_sample(probs, draft, q[: len(draft)], generator))
+            emitted, path = _accept_random(probs, draft, q, tree, generator)
+        tokens.append(emitted)
+        paths.append(path)
         offset += span
-    return tokens, _emitted_logprobs(raw, all_rows, drafts, tokens)
+    return Verified(tokens, _emitted_logprobs(raw, all_rows, drafts, tokens, paths), paths)
+
+
+def _accept_greedy(
+    argmax: Sequence[int], draft: Sequence[int], tree: Sequence[int] | None
+) -> tuple[list[int], list[int]]:
+    if tree is not None:
+        return greedy_accept_tree(argmax, draft, tree)
+    emitted = greedy_accept(argmax, draft)
+    return emitted, list(range(len(emitted) - 1))
+
+
+def _accept_random(
+    probs: torch.Tensor,  # [k + 1, vocab] filtered, unnormalised
+    draft: Sequence[int],
+    q: torch.Tensor | None,
+    tree: Sequence[int] | None,
+    generator: torch.Generator,
+) -> tuple[list[int], list[int]]:
+    if tree is not None and q is None:
+        return accept_point_mass_tree(probs, draft, tree, generator)
+    if tree is not None:
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        return rejection_sample_tree(probs, draft, tree, q[: len(draft)], generator)
+    if q is None or not draft:
+        emitted = accept_point_mass(probs, draft, generator)
+    else:
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        emitted = rejection_sample(probs, draft, q[: len(draft)], generator)
+    return emitted, list(range(len(emitted) - 1))
 
 
 def _random_probs(processed: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
@@ -144,14 +296,16 @@ def _emitted_logprobs(
     all_rows: Sequence[SamplingRow],
     drafts: Sequence[Sequence[int]],
     tokens: Sequence[list[int]],
+    paths: Sequence[list[int]],
 ) -> list[list[TokenLogprobs | None]]:
-    """Logprobs of each emitted token under the row that produced it (the raw model logits)."""
+    """Logprobs of each emitted token under the row that produced it (the raw model logits): the
+    root's row for the first, then the row of each accepted draft."""
     picked_rows, picked_tokens, picked_index = [], [], []
     offset = 0
-    for draft, emitted in zip(drafts, tokens, strict=True):
-        for j, token in enumerate(emitted):
-            picked_index.append(offset + j)
-            picked_rows.append(all_rows[offset + j])
+    for draft, emitted, path in zip(drafts, tokens, paths, strict=True):
+        for row, token in zip([0, *(1 + node for node in path)], emitted, strict=True):
+            picked_index.append(offset + row)
+            picked_rows.append(all_rows[offset + row])
             picked_tokens.append(token)
         offset += len(draft) + 1
     if all(row.params.logprobs is None for row in picked_rows):

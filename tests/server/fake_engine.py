@@ -125,6 +125,8 @@ class FakeEngine:
                         return
                     output = choice.step(request_id, self.tokens_per_update)
                     self._stats.generation_tokens += len(output.new_token_ids)
+                    steps = self._stats.runner_steps
+                    steps["graph"] = steps.get("graph", 0) + 1  # one replayed step per update
                     yield output
             done = True
         finally:

@@ -69,6 +69,8 @@ def test_metrics_move(client: openai.OpenAI, server: ServerThread, engine: FakeE
         == 2 * tokens
     )
     assert after["gossamer_prompt_tokens_total{}"] > before["gossamer_prompt_tokens_total{}"]
+    graph_steps = "gossamer_runner_steps_total{mode=graph}"
+    assert after[graph_steps] > before.get(graph_steps, 0)
     for gauge in (
         "num_requests_running",
         "num_requests_waiting",

@@ -117,6 +117,12 @@ def test_prefix_hits_and_preemption_mid_speculation(target, target_path):
     for spec in (
         SpecConfig(method="ngram", num_speculative_tokens=4),
         SpecConfig(method="draft", model=str(target_path), num_speculative_tokens=4),
+        SpecConfig(  # tree drafts (tests/spec/test_engine_tree.py has more)
+            method="draft",
+            model=str(target_path),
+            num_speculative_tokens=3,
+            tree={"branching": [3, 2, 1]},
+        ),
     ):
         engine = make_engine(target, spec, num_blocks=48, max_num_batched_tokens=32)
         tokens, _, _ = run_engine(engine, requests)
