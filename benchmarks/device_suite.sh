@@ -6,6 +6,11 @@
 # decoding, per-kernel benchmarks, engine host overhead. Variables: GPU_TESTS, SKIP_TESTS,
 # SKIP_GEMV_SWEEP, DECODE_ARGS (extra decode_speed.py flags), EAGLE3_HEAD. Logs and JSON are packed into $OUT/results.tgz after every step, so a call
 # cut short still returns what finished (the device returns at most 8 files).
+# Optional, off by default (issue #8), run last: PROFILE=1 runs benchmarks/step_profile.py (the
+# kernels of one decode step; PROFILE_ARGS, 2-3 min), THROUGHPUT=1 runs benchmarks/throughput.py
+# (engine output tok/s at concurrency 16/64/256, 1k in / 1k out; THROUGHPUT_ARGS, e.g. "--models
+# gpt-oss-20b"; both models take about 6 min). After the default steps a 10-minute call has no
+# room for the throughput run: give it a call of its own (python3 benchmarks/throughput.py ...).
 set -u
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the repo, uninstalled
@@ -45,3 +50,9 @@ if [ "${1:-}" != "quick" ]; then
   done
 fi
 step engine_overhead 30 python3 benchmarks/engine_step_overhead.py --json "$R/engine_overhead.json"
+if [ "${PROFILE:-}" ]; then
+  step step_profile 240 python3 benchmarks/step_profile.py ${PROFILE_ARGS:-} --json "$R/step_profile.json"
+fi
+if [ "${THROUGHPUT:-}" ]; then
+  step throughput 540 python3 benchmarks/throughput.py ${THROUGHPUT_ARGS:-} --json "$R/throughput.json"
+fi

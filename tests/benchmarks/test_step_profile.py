@@ -1,0 +1,48 @@
+"""benchmarks/step_profile.py: the per-kernel table, and a --smoke run on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_kernel_table_groups_by_name_per_step_and_per_layer(benchmark_script):
+    bench = benchmark_script("step_profile")
+    prof = bench.Profile(
+        kernels=[("gemv", 10.0), ("attn", 5.0), ("gemv", 20.0), ("attn", 7.0)],
+        copies=[("Memcpy HtoD (Pageable -> Device)", 2.0)],
+        steps=2,
+    )
+    rows = bench.kernel_table(prof, num_layers=4, step_us=100.0)
+    assert [row.name for row in rows] == ["gemv", "attn", "Memcpy HtoD (Pageable -> Device)"]
+    gemv = rows[0]
+    assert gemv.calls_per_step == 1 and gemv.calls_per_layer == 0.25
+    assert gemv.us_per_call == 15 and gemv.us_per_step == 15 and gemv.us_per_layer == 3.75
+    assert gemv.share_of_step == pytest.approx(0.15)
+    assert prof.per_step(prof.kernels) == (2, 21)
+
+
+def test_smoke_profile_accounts_for_the_whole_step(benchmark_script, tmp_path):
+    path = tmp_path / "profile.json"
+    benchmark_script("step_profile").main(["--smoke", "--json", str(path)])
+    profiles = json.loads(path.read_text())["profiles"]
+    assert [p["batch"] for p in profiles] == [1, 2]
+    for p in profiles:
+        kernels = p["kernels"]
+        assert kernels and p["launches_per_step"] > 0
+        per_step = [k["us_per_step"] for k in kernels]
+        assert per_step == sorted(per_step, reverse=True)
+        assert sum(per_step) == pytest.approx(p["kernel_us_per_step"] + p["copy_us_per_step"])
+        assert sum(k["calls_per_step"] for k in kernels) == pytest.approx(
+            p["launches_per_step"] + p["copies_per_step"]
+        )
+        assert p["gaps_and_host_us"] == pytest.approx(
+            p["step_us"] - p["kernel_us_per_step"] - p["copy_us_per_step"]
+        )
+        for k in kernels:
+            assert k["calls_per_layer"] == pytest.approx(k["calls_per_step"] / p["num_layers"])
+            assert k["share_of_step"] == pytest.approx(k["us_per_step"] / p["step_us"])
+        # the unembedding is one matrix product per step, whatever the batch
+        assert any(k["name"] == "aten::mm" and k["calls_per_step"] == 1 for k in kernels)
+        assert p["graph_profile"] is None  # no graphs on a CPU
