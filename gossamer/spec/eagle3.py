@@ -31,6 +31,12 @@ The target runs through `AuxHiddenRunner`, whose captured graphs (plain decodes 
 verification steps) return the aux states next to the logits. The head has its own small KV pool
 (one full-attention layer), without prefix caching; its greedy k-token drafting of a batch replays
 one captured graph (`DraftChainGraphs`), random requests and uncaptured shapes draft eagerly.
+
+Tree drafts (a `tree` shape in the config): the head grows the tree one depth at a time
+(drafting.grow_trees); a node is fed at the position of its depth with its parent's pre-norm
+output as hidden state, and each depth feeds all nodes so far again under a tree mask, as the
+draft model does. Tree steps of the target run eagerly; after one, `accepted_paths` says which of
+its rows hold the hidden states of the accepted tokens.
 """
 
 from __future__ import annotations
@@ -62,8 +68,9 @@ from gossamer.runner.model_runner import (
     ModelRunner,
     graphs_possible,
 )
-from gossamer.spec.drafting import draw_drafts, stack_probs
+from gossamer.spec.drafting import draw_drafts, grow_trees, stack_probs
 from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
+from gossamer.spec.tree import TreeShape, ancestor_masks
 
 if TYPE_CHECKING:
     from gossamer.engine.core import EngineConfig
@@ -494,10 +501,14 @@ class Eagle3Proposer(BaseProposer):
         num_blocks: int,
         block_size: int,
         seed: int = 0,
+        tree: TreeShape | None = None,
     ) -> None:
         self.head = head
         self.aux_layers = head.config.aux_layers(target.config.num_hidden_layers)
         self.num_speculative_tokens = num_speculative_tokens
+        self.tree = tree
+        # head cache slots past the true positions that drafting writes
+        self.num_draft_slots = tree.num_nodes if tree is not None else num_speculative_tokens
         self.block_size = block_size
         self.manager = KVCacheManager(
             [KVCacheGroupSpec((0,))], num_blocks, block_size=block_size, enable_prefix_caching=False
@@ -510,6 +521,7 @@ class Eagle3Proposer(BaseProposer):
         self._ready: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}
         self.chain_graphs: DraftChainGraphs | None = None  # see capture_graphs
         self.draft_modes: Counter[str] = Counter()  # propose() batches drafted by graph / eager
+        self._paths: dict[str, list[int]] = {}  # the last tree step's accepted nodes
 
     @classmethod
     def load(
@@ -527,8 +539,9 @@ class Eagle3Proposer(BaseProposer):
             num_blocks=config.draft_num_blocks or num_blocks,
             block_size=engine_config.block_size,
             seed=engine_config.seed + 1,
+            tree=config.tree,
         )
-        if graphs_possible(head, engine_config.cuda_graphs):
+        if config.tree is None and graphs_possible(head, engine_config.cuda_graphs):
             # the batch sizes the target has verification graphs for (larger steps run eagerly)
             limit = min(engine_config.max_num_seqs, MAX_MULTI_TOKEN_GRAPH_SEQS)
             sizes = [size for size in DEFAULT_GRAPH_SIZES if size <= limit]
@@ -547,9 +560,13 @@ class Eagle3Proposer(BaseProposer):
 
     # ---- after every target step -------------------------------------------------------------
 
+    def accepted_paths(self, paths: dict[str, list[int]]) -> None:
+        self._paths = paths
+
     @torch.inference_mode()
     def observe(self, scheduled: SchedulerOutput, live: dict[str, list[int]]) -> None:
         self._ready.clear()
+        paths, self._paths = self._paths, {}
         if not scheduled.scheduled_requests:
             return
         aux = self.target_runner.last_aux_hidden if self.target_runner is not None else None
@@ -564,14 +581,21 @@ class Eagle3Proposer(BaseProposer):
             offset += item.num_new_tokens
             tokens = live.get(item.request_id)
             if tokens is not None:
-                feed = self._feed(item.request_id, item.start_position, rows, tokens, aux)
+                path = paths.get(item.request_id)
+                feed = self._feed(item.request_id, item.start_position, rows, tokens, aux, path)
                 if feed is not None:
                     feeds.append(feed)
         if feeds:
             self._run_feeds(feeds)
 
     def _feed(
-        self, request_id: str, start: int, rows: tuple[int, int], tokens: list[int], aux
+        self,
+        request_id: str,
+        start: int,
+        rows: tuple[int, int],
+        tokens: list[int],
+        aux: torch.Tensor,  # [step tokens, 3 * H_target]
+        path: list[int] | None = None,  # after a tree step: its accepted nodes
     ) -> _Feed | None:
         """The head positions this step makes computable for one request."""
         sequence = self._sequences.get(request_id)
@@ -582,13 +606,16 @@ class Eagle3Proposer(BaseProposer):
         first = sequence.num_computed_tokens
         if end <= first:
             return None
-        room = end - first + self.num_speculative_tokens
+        room = end - first + self.num_draft_slots
         if not self.manager.allocate_slots(sequence, room):
             self._drop(request_id)
             return None
         hidden = aux.new_zeros(end - first, aux.shape[-1])
         lo = max(first, start)  # positions before `start` have no target hidden states here
-        if lo < end:
+        if lo < end and path is not None:  # the step fed accepted token j + 1 as node path[j]
+            fed = [0, *(1 + node for node in path)][lo - start : end - start]
+            hidden[lo - first :] = aux[torch.tensor(fed, device=aux.device) + rows[0]]
+        elif lo < end:
             hidden[lo - first :] = aux[rows[0] + lo - start : rows[0] + end - start]
         ready = end == len(tokens) - 1
         return _Feed(sequence, first, tokens[first + 1 : end + 1], hidden, ready)
@@ -616,14 +643,20 @@ class Eagle3Proposer(BaseProposer):
         token_ids: list[int],
         hidden: torch.Tensor,
         from_target: bool = True,
+        tree_masks: list[tuple[int, ...]] | None = None,  # per span: its tokens' (tree drafts)
     ) -> tuple[torch.Tensor, torch.Tensor]:
         device = self.head.device
         positions = np.concatenate([np.arange(start, start + n) for _, start, n in spans])
+        if tree_masks is not None:  # a tree node sits at its depth
+            depths = [mask.bit_count() - 1 for masks in tree_masks for mask in masks]
+            starts = [start for _, start, n in spans for _ in range(n)]
+            positions = np.add(starts, depths)
         tables = [self.manager.block_tables(seq.request_id)[0] for seq, _, _ in spans]
         metadata = paged_metadata(
             [(start, n, table) for (_, start, n), table in zip(spans, tables, strict=True)],
             self.block_size,
             device,
+            tree_masks,
         )
         ids = torch.tensor(token_ids, dtype=torch.long, device=device)
         positions_tensor = torch.from_numpy(positions).to(device)
@@ -636,6 +669,10 @@ class Eagle3Proposer(BaseProposer):
         drafts: list[Draft | None] = [None] * len(requests)
         chains = self._chains(requests)
         if not chains:
+            return drafts
+        if self.tree is not None:
+            for chain, tokens in zip(chains, self._draft_trees(chains), strict=True):
+                drafts[chain.index] = Draft(tokens, None, list(self.tree.parents[: len(tokens)]))
             return drafts
         drafted = self._draft_replayed(chains)
         if drafted is None:
@@ -684,6 +721,41 @@ class Eagle3Proposer(BaseProposer):
             step += 1
         self.draft_modes["eager"] += 1
         return tokens_out
+
+    def _draft_trees(self, chains: list[_Chain]) -> list[list[int]]:
+        """Top-k tree drafts, one head pass per depth (see the module doc)."""
+        tree = self.tree
+        ready = [self._ready[chain.request.request_id] for chain in chains]
+        # per chain: the head's pre-norm output after each node (the hidden input of its children)
+        node_prenorm: list[list[torch.Tensor]] = [[] for _ in chains]
+
+        def parent_prenorm(r: int, parent: int) -> torch.Tensor:
+            return ready[r][2] if parent < 0 else node_prenorm[r][parent]
+
+        def score(deeper: list[int], tokens: list[list[int]]) -> torch.Tensor:
+            spans, token_ids, hidden, masks = [], [], [], []
+            for r in deeper:
+                parents = tree.parents[: len(tokens[r])]
+                spans.append((chains[r].sequence, chains[r].first_draft_position, len(parents)))
+                token_ids += tokens[r]
+                hidden += [parent_prenorm(r, parent) for parent in parents]
+                masks.append(ancestor_masks(parents, with_root=False))
+            normed, prenorm = self._forward(
+                spans, token_ids, torch.stack(hidden), from_target=False, tree_masks=masks
+            )
+            newest, offset = [], 0  # rows of the deepest nodes so far, whose children come next
+            for r in deeper:
+                count = len(tokens[r])
+                for node in tree.level(tree.depths[count - 1], count):
+                    node_prenorm[r].append(prenorm[offset + node])
+                    newest.append(offset + node)
+                offset += count
+            return self.head.compute_logits(normed[newest])
+
+        sizes = [tree.num_nodes_within(chain.count) for chain in chains]
+        root_logits = self.head.compute_logits(torch.stack([entry[1] for entry in ready]))
+        self.draft_modes["eager"] += 1
+        return grow_trees(tree, sizes, root_logits, score)
 
     def _draft_replayed(self, chains: list[_Chain]) -> list[tuple[list[int], list]] | None:
         """The drafts from a captured chain graph, or None when none fits: no graphs, a batch or
@@ -740,9 +812,10 @@ def paged_metadata(
     spans: list[tuple[int, int, Sequence[int]]],  # (first position, count, block table)
     block_size: int,
     device: torch.device,
+    tree_masks: list[tuple[int, ...]] | None = None,  # per span, AttentionMetadata.tree_mask's
 ) -> AttentionMetadata:
     """Attention metadata of one full-attention cache group for sequences that feed `count`
-    tokens from `first position` (their earlier positions already hold KV)."""
+    tokens from `first slot position` (their earlier positions already hold KV)."""
     query_start, seq_lens, slots = [0], [], []
     width = max(len(table) for _, _, table in spans)
     tables = np.zeros((len(spans), width), dtype=np.int32)
@@ -753,6 +826,10 @@ def paged_metadata(
         tables[i, : len(table)] = table
         query_start.append(query_start[-1] + count)
         seq_lens.append(start + count)
+    tree_mask, tree_mask_host = None, ()
+    if tree_masks is not None:
+        tree_mask_host = tuple(mask for masks in tree_masks for mask in masks)
+        tree_mask = torch.tensor(tree_mask_host, dtype=torch.int64, device=device)
     return AttentionMetadata(
         query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
@@ -762,6 +839,8 @@ def paged_metadata(
         max_seq_len=max(seq_lens),
         query_lens_host=tuple(count for _, count, _ in spans),
         seq_lens_host=tuple(seq_lens),
+        tree_mask=tree_mask,
+        tree_mask_host=tree_mask_host,
     )
 
 

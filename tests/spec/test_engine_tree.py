@@ -5,14 +5,25 @@ stats count nodes and depths."""
 
 from __future__ import annotations
 
-import pytest
+from collections import Counter
+from dataclasses import replace
 
+import pytest
+import torch
+
+from gossamer.engine.reference import ContiguousCache, forward_tokens
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig, SpecConfigError
+from gossamer.spec.eagle3 import _HeadSequence
+from gossamer.spec.proposer import Draft
+from gossamer.spec.tree import TreeShape
+from tests.spec.checkpoints import write_eagle3_checkpoint
 from tests.spec.conftest import make_engine, repetitive_prompts, run_engine
 
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
 TREE = {"branching": [3, 2, 1]}  # 3 + 6 + 6 = 15 nodes, depth 3
+TREE_SHAPE = TreeShape.from_branching(TREE["branching"])
+AUX = (0, 1, 2)  # the EAGLE-3 heads read all three layers of target3
 
 
 def workload(seed: int = 0) -> dict:
@@ -76,3 +87,128 @@ def test_logprobs_match_plain_decoding_with_trees(target, target_path):
 def test_a_tree_larger_than_the_token_budget_is_refused(target, target_path):
     with pytest.raises(SpecConfigError, match="max_num_batched_tokens"):
         make_engine(target, draft_tree(target_path), max_num_batched_tokens=12)
+
+
+def first_branch(draft: Draft) -> list[int]:
+    """The tokens of a tree draft's rank-0 path: the greedy chain it contains."""
+    tokens, node = [], -1
+    while True:
+        child = next(
+            (i for i, p in enumerate(draft.parents) if p == node and TREE_SHAPE.ranks[i] == 0),
+            None,
+        )
+        if child is None:
+            return tokens
+        tokens.append(draft.token_ids[child])
+        node = child
+
+
+def proposals(engine, requests) -> dict[str, Draft]:
+    """The drafts the engine's speculator holds for the next step, after one step."""
+    for request_id, (prompt, params) in requests.items():
+        engine.add_request(request_id, prompt, params)
+    engine.step()
+    return {request_id: entry[1] for request_id, entry in engine.speculator._pending.items()}
+
+
+def test_a_draft_models_tree_holds_the_top_k_after_every_path(target3, target3_path):
+    """Node i is the ranks[i]-th most likely token after the request's tokens and the path to
+    its parent, by plain decoding of that path (the draft model is the target here)."""
+    requests = {str(i): (p, GREEDY) for i, p in enumerate(repetitive_prompts(3, seed=2))}
+    spec = SpecConfig(method="draft", model=str(target3_path), num_speculative_tokens=3, tree=TREE)
+    engine = make_engine(target3, spec)
+    trees = proposals(engine, requests)
+    assert set(trees) == set(requests)
+    for request_id, draft in trees.items():
+        known = engine.scheduler.get_request(request_id).all_token_ids
+        for node, parent in enumerate(draft.parents):
+            context = known + [draft.token_ids[i] for i in _path(draft.parents, parent)]
+            logits = forward_tokens(target3, ContiguousCache(target3, len(context)), context, 0)
+            rank = TREE_SHAPE.ranks[node]
+            assert draft.token_ids[node] == int(logits[-1].topk(rank + 1).indices[rank])
+
+
+def _path(parents: list[int], node: int) -> list[int]:
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
+def test_the_first_branch_of_an_eagle3_tree_is_its_greedy_chain(target3, tmp_path):
+    """The rank-0 path is computed like a chain (each node at its depth's position, attending
+    to its ancestors only, with its parent's pre-norm state): the same tokens."""
+    model = str(
+        write_eagle3_checkpoint(
+            tmp_path / "head", vocab_size=320, target_hidden_size=64, aux_layer_ids=AUX
+        )
+    )
+    requests = {str(i): (p, GREEDY) for i, p in enumerate(repetitive_prompts(3, seed=2))}
+    chain = SpecConfig(method="eagle3", model=model, num_speculative_tokens=3, pad_drafts=False)
+    chains = proposals(make_engine(target3, chain), requests)
+    trees = proposals(make_engine(target3, replace(chain, tree=TREE)), requests)
+    assert set(chains) == set(trees) == set(requests)
+    for request_id, draft in trees.items():
+        assert len(draft.token_ids) == 15 and draft.parents == list(TREE_SHAPE.parents)
+        assert first_branch(draft) == chains[request_id].token_ids
+
+
+def test_greedy_eagle3_trees_equal_plain_decoding(target3, tmp_path):
+    prompts = repetitive_prompts(5, seed=21)
+    requests = {str(i): (p, GREEDY) for i, p in enumerate(prompts)}
+    requests["seeded"] = (prompts[2], SamplingParams(temperature=0.8, seed=4, max_tokens=12))
+    # arrives after the others: hits their cached blocks, which the head never saw computed
+    later = {"hit": (prompts[0] * 2 + prompts[1], GREEDY)}
+    plain, _, _ = run_engine(make_engine(target3, None), requests | later)
+    common = Counter(t for tokens in plain.values() for t in tokens).most_common(1)[0][0]
+    heads = {
+        "random": write_eagle3_checkpoint(
+            tmp_path / "random", vocab_size=320, target_hidden_size=64, aux_layer_ids=AUX, seed=3
+        ),
+        # every rank-0 child is the output's most common token, the other ranks are tokens
+        # outside the head's one-token vocabulary
+        "constant": write_eagle3_checkpoint(
+            tmp_path / "constant",
+            vocab_size=320,
+            target_hidden_size=64,
+            aux_layer_ids=AUX,
+            draft_vocab=[common],
+            constant_draft=True,
+        ),
+    }
+    for name, path in heads.items():
+        spec = SpecConfig(method="eagle3", model=str(path), num_speculative_tokens=3, tree=TREE)
+        engine = make_engine(target3, spec, max_num_batched_tokens=16)
+        tokens, _, _ = run_engine(engine, requests)
+        tokens |= run_engine(engine, later)[0]
+        assert tokens == plain, name
+        stats = engine.stats.spec_stats
+        assert stats["num_tree_drafts"] == stats["eagle3_num_drafts"] > 0
+        assert engine.stats.prefix_cache_hits > 0
+        if name == "constant":
+            assert stats["num_accepted_tokens"] > 0
+        tight = make_engine(target3, spec, num_blocks=40)  # preempts mid-speculation
+        assert run_engine(tight, requests)[0] == {
+            key: plain[key] for key in tokens if key[0] != "hit"
+        }
+        assert tight.stats.num_preemptions > 0
+
+
+def test_eagle3_reads_the_hidden_states_of_the_accepted_nodes(target3, tmp_path):
+    """After a tree step the head's input at accepted token j + 1 is the target's hidden state
+    of the step's row 1 + path[j] (where node path[j] was fed), not row j + 1."""
+    path = write_eagle3_checkpoint(
+        tmp_path / "head", vocab_size=320, target_hidden_size=64, aux_layer_ids=AUX
+    )
+    spec = SpecConfig(method="eagle3", model=str(path), num_speculative_tokens=3, tree=TREE)
+    proposer = make_engine(target3, spec).speculator.proposers["eagle3"]
+    sequence = proposer._sequences["r"] = _HeadSequence("r")
+    assert proposer.manager.allocate_slots(sequence, 9)
+    sequence.num_computed_tokens = 9  # the head computed positions 0..8 before the step
+    aux = torch.arange(20 * 3 * 64, dtype=torch.float32).view(20, 3 * 64)
+    tokens = list(range(12))  # 10 known before the step, which emitted 2 (1 accepted + 1)
+    # the step fed the root (position 9) and 15 nodes as the request's rows 4..19; node 2 won
+    feed = proposer._feed("r", 9, (4, 20), tokens, aux, path=[2])
+    torch.testing.assert_close(feed.hidden, aux[[4, 4 + 1 + 2]])
+    assert feed.start == 9 and feed.token_ids == tokens[10:12] and feed.ready
