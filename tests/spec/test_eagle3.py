@@ -5,6 +5,7 @@ outputs in the engine."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -190,7 +191,8 @@ def requests_keys(requests):
     return [(request_id, 0) for request_id in requests]
 
 
-def test_greedy_with_eagle3_equals_plain_decoding(target3, tmp_path):
+@pytest.mark.parametrize("tree", [None, {"branching": [3, 2, 1]}], ids=["chain", "tree"])
+def test_greedy_with_eagle3_equals_plain_decoding(tree, target3, tmp_path):
     prompts = repetitive_prompts(5, seed=21)
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     requests = {str(i): (p, params) for i, p in enumerate(prompts)}
@@ -213,13 +215,14 @@ def test_greedy_with_eagle3_equals_plain_decoding(target3, tmp_path):
         ),
     }
     for name, path in heads.items():
-        spec = SpecConfig(method="eagle3", model=str(path), num_speculative_tokens=3)
+        spec = SpecConfig(method="eagle3", model=str(path), num_speculative_tokens=3, tree=tree)
         engine = make_engine(target3, spec, max_num_batched_tokens=16, num_blocks=400)
         tokens, _, _ = run_engine(engine, requests)
         tokens |= run_engine(engine, later)[0]
         assert tokens == plain, name
         stats = engine.stats.spec_stats
         assert stats["eagle3_num_draft_tokens"] > 0
+        assert stats["num_tree_drafts"] == (stats["eagle3_num_drafts"] if tree else 0)
         assert engine.stats.prefix_cache_hits > 0
         if name == "constant":
             assert stats["num_accepted_tokens"] > 0
@@ -227,9 +230,12 @@ def test_greedy_with_eagle3_equals_plain_decoding(target3, tmp_path):
         assert run_engine(tight, requests)[0] == {k: plain[k] for k in requests_keys(requests)}
         assert tight.stats.num_preemptions > 0
     seeded = SamplingParams(temperature=0.8, seed=4, max_tokens=12, ignore_eos=True)
-    spec = SpecConfig(method="eagle3", model=str(heads["random"]), num_speculative_tokens=2)
+    spec = replace(spec, model=str(heads["random"]), num_speculative_tokens=2 if not tree else 3)
     runs = [
         run_engine(make_engine(target3, spec), {"s": (prompts[1], seeded)} | extra)[0][("s", 0)]
         for extra in ({}, {"o": (prompts[2], params)})
     ]
     assert runs[0] == runs[1]
+    if tree:  # top-k children are point masses: one race draw per token, as plain sampling
+        alone = {"s": (prompts[1], seeded)}
+        assert runs[0] == run_engine(make_engine(target3, None), alone)[0][("s", 0)]
