@@ -23,6 +23,12 @@ Sinks: every split starts its running max at the sink logit (instead of -inf), w
 finite (no inf - inf) and is exactly the "max over scores AND the sink" of the definition; the sink's
 own mass exp(sink - m) is added to the denominator once, at the end.
 
+Tree speculation (`metadata.tree_mask`, TREE launches only): a sequence whose tokens carry
+ancestor bitmasks sees the keys before its step plus the step's keys whose bit its row has, and
+its rows and step keys sit at their tree positions first_pos + popcount - 1 for the sliding window
+(key_begin then starts at the window of the step's first position, which the shallowest row
+sees). Steps without a tree mask launch the kernel with TREE off: the code is compiled out.
+
 Graph capture: nothing here reads tensor values on the host. The number of splits comes from host ints
 (metadata.max_seq_len, max_query_len, the batch size); each program derives its chunk from the
 sequence's real length on the device, so ANY seq_lens give correct results, whatever max_seq_len the
@@ -56,6 +62,18 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _popcount(bits):
+    """Set bits of int64 values whose sign bit is clear (tree masks: at most 63 tokens)."""
+    bits = bits - ((bits >> 1) & 0x5555555555555555)
+    bits = (bits & 0x3333333333333333) + ((bits >> 2) & 0x3333333333333333)
+    bits = (bits + (bits >> 4)) & 0x0F0F0F0F0F0F0F0F
+    bits = bits + (bits >> 8)
+    bits = bits + (bits >> 16)
+    bits = bits + (bits >> 32)
+    return bits & 0x7F
+
+
+@triton.jit
 def _paged_attention_kernel(
     q_ptr,  # [T, Hq, D]
     k_cache_ptr,  # [num_blocks, block_size, Hkv, D]
@@ -64,6 +82,7 @@ def _paged_attention_kernel(
     query_start_loc_ptr,  # [num_seqs + 1] int32
     seq_lens_ptr,  # [num_seqs] int32
     sinks_ptr,  # [Hq] fp32
+    tree_mask_ptr,  # [T] int64 ancestor bitmasks, 0: causal (read when TREE)
     out_ptr,  # [T, Hq, D]: written when not SPLIT
     part_max_ptr,  # [T, Hq, num_splits] fp32: written when SPLIT (log2 units)
     part_sum_ptr,  # [T, Hq, num_splits] fp32
@@ -88,6 +107,7 @@ def _paged_attention_kernel(
     BLOCK_N: tl.constexpr,  # keys per iteration
     SLIDING: tl.constexpr,
     SPLIT: tl.constexpr,
+    TREE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     # Later query tiles see more keys: start them first.
@@ -110,11 +130,17 @@ def _paged_attention_kernel(
     row_valid = (rows < BLOCK_Q * GROUP) & (row_token < q_len)
     row_pos = first_pos + row_token
     offs_d = tl.arange(0, HEAD_DIM)
+    lowest_row = tile_start  # the step index of the tile's smallest position
+    if TREE:
+        seq_tree = tl.load(tree_mask_ptr + q_begin) != 0  # tree sequences mask every token
+        row_bits = tl.load(tree_mask_ptr + q_begin + row_token, mask=row_valid, other=0)
+        row_pos = tl.where(seq_tree, first_pos + _popcount(row_bits) - 1, row_pos)
+        lowest_row = tl.where(seq_tree, 0, tile_start)
 
     # Keys this tile can see: [key_begin, key_end), cut into num_splits chunks of whole iterations.
     key_end = first_pos + tl.minimum(tile_start + BLOCK_Q, q_len)
     if SLIDING:
-        key_begin = tl.maximum(first_pos + tile_start - window + 1, 0)
+        key_begin = tl.maximum(first_pos + lowest_row - window + 1, 0)
     else:
         key_begin = 0
     chunk = tl.cdiv(tl.cdiv(key_end - key_begin, num_splits), BLOCK_N) * BLOCK_N
@@ -153,8 +179,20 @@ def _paged_attention_kernel(
 
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
         visible = key_in[None, :] & (key_pos[None, :] <= row_pos[:, None])
+        key_tree_pos = key_pos
+        if TREE:
+            step_index = key_pos - first_pos  # < 0: a key before the step
+            bit = tl.maximum(step_index, 0).to(tl.int64)
+            ancestor = ((row_bits[:, None] >> bit[None, :]) & 1) != 0
+            tree_visible = key_in[None, :] & (ancestor | (step_index < 0)[None, :])
+            visible = tl.where(seq_tree, tree_visible, visible)
+            if SLIDING:
+                in_step = key_in & (step_index >= 0)
+                key_bits = tl.load(tree_mask_ptr + q_begin + bit, mask=in_step, other=0)
+                key_depth_pos = first_pos + _popcount(key_bits) - 1
+                key_tree_pos = tl.where(seq_tree & in_step, key_depth_pos, key_pos)
         if SLIDING:
-            visible = visible & (row_pos[:, None] - key_pos[None, :] < window)
+            visible = visible & (row_pos[:, None] - key_tree_pos[None, :] < window)
         scores = tl.where(visible, scores, float("-inf"))
 
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
@@ -290,6 +328,7 @@ def attention(
         sinks,
         scale,
         sliding_window,
+        tree_mask=metadata.tree_mask,
     )
 
 
@@ -305,6 +344,7 @@ def paged_attention(
     scale: float,
     sliding_window: int | None,
     *,
+    tree_mask: torch.Tensor | None = None,  # [T] int64 (AttentionMetadata.tree_mask)
     num_splits: int | None = None,
     block_n: int | None = None,
     block_q: int | None = None,
@@ -359,6 +399,7 @@ def paged_attention(
         query_start_loc,
         seq_lens,
         sinks,
+        tree_mask if tree_mask is not None else seq_lens,  # not read without TREE
         out,
         part_max,
         part_sum,
@@ -383,6 +424,7 @@ def paged_attention(
         BLOCK_N=block_n,
         SLIDING=sliding_window is not None,
         SPLIT=split,
+        TREE=tree_mask is not None,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=4 if decode else 8,
         num_stages=3 if decode else 2,

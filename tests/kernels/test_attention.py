@@ -19,6 +19,7 @@ import torch
 
 from gossamer.ops.base import FULL_GROUP, SLIDING_GROUP, AttentionMetadata
 from gossamer.ops.torch_ref import TorchOps
+from gossamer.spec.tree import TreeShape, ancestor_masks
 from tests.kernels.interpreted import load_interpreted
 
 _INTERPRETED = load_interpreted("attention")
@@ -139,6 +140,7 @@ def run_tuned(kernels: ModuleType, batch: Batch, **launch: int) -> torch.Tensor:
         batch.sinks,
         batch.scale,
         batch.sliding_window,
+        tree_mask=meta.tree_mask,
         **launch,
     )
 
@@ -240,6 +242,56 @@ def test_fp16_head_dim_32_block_32(kernels: ModuleType) -> None:
     assert_matches(
         run_tuned(kernels, decode, num_splits=2, block_n=16), decode, atol=3e-3, rtol=3e-3
     )
+
+
+def with_trees(batch: Batch, trees: dict[int, tuple[int, ...]]) -> Batch:
+    """Mark sequences of the batch as tree steps: sequence s gets the ancestor masks of the tree
+    whose parents are trees[s] (its query length must be 1 + the tree's nodes)."""
+    meta = batch.metadata
+    starts = meta.query_start_loc.tolist()
+    masks = [0] * starts[-1]
+    for seq, parents in trees.items():
+        assert starts[seq + 1] - starts[seq] == 1 + len(parents)
+        masks[starts[seq] : starts[seq + 1]] = ancestor_masks(parents, with_root=True)
+    meta.tree_mask = torch.tensor(masks, dtype=torch.int64, device=meta.seq_lens.device)
+    meta.tree_mask_host = tuple(masks)
+    return batch
+
+
+SMALL_TREE = (-1, -1, 0, 0, 2, 4, 5)  # 7 nodes, depth 5 (past a window of 3)
+BIG_TREE = TreeShape.from_branching([3, 2, 1, 1]).parents[:15]  # 15 nodes, depth 4
+
+
+@pytest.mark.parametrize("sliding_window", [None, 3, 8])
+def test_tree_verification_in_the_decode_launch(kernels: ModuleType, sliding_window) -> None:
+    """Trees of 8 tokens next to a decode and a chain verification: ancestors only, at their
+    depths' positions (a window of 3 cuts the deepest nodes' ancestors)."""
+    seqs = [(8, 20), (1, 9), (8, 8), (3, 33), (8, 13)]
+    trees = {0: SMALL_TREE, 2: SMALL_TREE, 4: SMALL_TREE}
+    batch = with_trees(make_batch(seqs, sliding_window=sliding_window), trees)
+    assert batch.metadata.max_query_len <= kernels.DECODE_MAX_QUERY_LEN
+    assert_matches(run_op(kernels, batch), batch)
+    assert_matches(run_tuned(kernels, batch, num_splits=3, block_n=16), batch)
+
+
+@pytest.mark.parametrize("sliding_window", [None, 3, 6])
+@pytest.mark.parametrize("block_q", [2, None])
+def test_tree_verification_in_the_prefill_launch(kernels: ModuleType, sliding_window, block_q):
+    """A 16-token tree step beside a prompt chunk and a decode: the prefill launch, the tree cut
+    into several query tiles (each later tile still sees the step's first positions)."""
+    seqs = [(16, 40), (12, 29), (1, 5), (16, 16)]
+    trees = {0: BIG_TREE, 3: BIG_TREE}
+    batch = with_trees(make_batch(seqs, sliding_window=sliding_window, block_size=4), trees)
+    assert batch.metadata.max_query_len > kernels.DECODE_MAX_QUERY_LEN
+    assert_matches(run_tuned(kernels, batch, block_q=block_q, block_n=16), batch)
+
+
+def test_tree_masks_change_the_output(kernels: ModuleType) -> None:
+    """The tree test is a real one: the same batch read causally differs from the tree's."""
+    batch = with_trees(make_batch([(8, 20)]), {0: SMALL_TREE})
+    tree_out = run_op(kernels, batch)
+    batch.metadata.tree_mask, batch.metadata.tree_mask_host = None, ()
+    assert not torch.allclose(tree_out, run_op(kernels, batch), atol=1e-3)
 
 
 def test_rejects_unsupported_head_dim(kernels: ModuleType) -> None:
