@@ -62,6 +62,13 @@ def specs(paths) -> dict[str, SpecConfig]:
         "suffix": SpecConfig(method="suffix", num_speculative_tokens=4),
         "draft": SpecConfig(method="draft", model=str(paths["target"]), num_speculative_tokens=4),
         "eagle3": SpecConfig(method="eagle3", model=str(paths["eagle"]), num_speculative_tokens=3),
+        # tree steps: the Triton attention's TREE launch, eager target steps, KV moves on the GPU
+        "draft_tree": SpecConfig(
+            method="draft", model=str(paths["target"]), tree={"branching": [3, 2, 1, 1]}
+        ),
+        "eagle3_tree": SpecConfig(
+            method="eagle3", model=str(paths["eagle"]), tree={"branching": [3, 2, 1, 1]}
+        ),
     }
 
 
@@ -70,7 +77,10 @@ def requests():
     return {str(i): ([t % 1000 for t in p], GREEDY) for i, p in enumerate(prompts)}
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "eagle3"])
+METHODS = ["ngram", "suffix", "draft", "eagle3", "draft_tree", "eagle3_tree"]
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_float32_on_the_gpu_is_exact(paths, method):
     model = load_model(
         str(paths["target"]), dtype="float32", device="cuda", ops="torch", max_model_len=512
@@ -82,7 +92,7 @@ def test_float32_on_the_gpu_is_exact(paths, method):
     assert engine.stats.spec_stats["num_draft_tokens"] > 0
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "eagle3"])
+@pytest.mark.parametrize("method", METHODS)
 def test_bf16_triton_runs_every_proposer(paths, method):
     model = load_model(
         str(paths["target"]), dtype="bfloat16", device="cuda", ops="triton", max_model_len=512
@@ -95,6 +105,9 @@ def test_bf16_triton_runs_every_proposer(paths, method):
     assert stats["num_draft_tokens"] > 0
     if method == "draft":
         assert stats["acceptance_rate"] > 0.8
+    if method == "draft_tree":  # per depth: a tree's acceptance_rate counts every node
+        assert stats["num_accepted_tokens"] > 0.8 * stats["num_draft_positions"]
+        assert stats["num_tree_verify_steps"] > 0
     agree = sum(tokens[key][:8] == plain[key][:8] for key in plain)
     assert agree >= len(plain) - 1  # the first tokens part only at a rare near tie
     torch.cuda.synchronize()
