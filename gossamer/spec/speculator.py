@@ -270,7 +270,7 @@ class Speculator:
             for request in scheduler.running
             if (spec := self._candidate(scheduler, request, row_for))
         ]
-        padded = self.config.tree is None and self._can_pad(scheduler)
+        padded = self._can_pad(scheduler)
         if self.chooser is None:
             drafts = self._collect(candidates)
         else:
@@ -399,9 +399,12 @@ class Speculator:
         """Whether padding could make the next step uniform and so replay a graph: not while a
         prompt is still being computed (that step runs eagerly anyway) nor above the batch sizes
         multi-token graphs exist for. EAGLE-3's target runner captures graphs too (they return
-        its hidden states next to the logits), so its steps are padded like any other."""
+        its hidden states next to the logits), so its steps are padded like any other. Tree
+        steps are never padded: no graph holds a tree mask."""
         running = scheduler.running
-        if not self.config.pad_drafts or len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
+        if not self.config.pad_drafts or self.config.tree is not None:
+            return False
+        if len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
             return False
         return len(_decodes(scheduler)) == len(running)
 

@@ -77,6 +77,7 @@ def test_logprobs_match_plain_decoding_with_trees(target, target_path):
     assert stats["num_accepted_tokens"] == stats["num_draft_positions"] > 0
     assert stats["acceptance_rate_pos_2"] == 1.0
     assert stats["acceptance_rate"] == stats["num_accepted_tokens"] / stats["num_draft_tokens"]
+    assert stats["num_padding_tokens"] == 0  # no graph holds a tree mask: nothing to pad for
     for key, values in logprobs.items():
         for got, want in zip(values, plain_logprobs[key], strict=True):
             assert got.token_id == want.token_id
