@@ -379,6 +379,22 @@ def test_gpu_speculative_verify(sliding_window) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+def test_gpu_tree_verification(sliding_window) -> None:
+    """Tree steps (TREE launches) in the decode launch (8-token trees) and the prefill launch (a
+    22-token tree: 21 nodes of branching [3, 2, 1, 1]) beside decodes and a prompt chunk."""
+    from gossamer.kernels import attention as kernels
+
+    big = TreeShape.from_branching([3, 2, 1, 1]).parents
+    decode = [(8, length) for length in (8, 130, 1000, 8192)] + [(1, 4097)]
+    batch = with_trees(_gpu_batch(decode, sliding_window), {0: SMALL_TREE, 2: SMALL_TREE})
+    _assert_gpu_matches(run_op(kernels, batch), batch)
+    prefill = [(22, 4097), (300, 813), (1, 129), (22, 22)]
+    batch = with_trees(_gpu_batch(prefill, sliding_window), {0: big, 3: big})
+    _assert_gpu_matches(run_op(kernels, batch), batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
 def test_gpu_decode_replays_in_cuda_graph_with_new_lengths(sliding_window) -> None:
     """Captured once, replayed at other lengths: the result follows the tensors, not the capture."""
     from gossamer.kernels import attention as kernels
