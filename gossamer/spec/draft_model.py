@@ -236,6 +236,7 @@ class DraftModelProposer(BaseProposer):
         first_logits: list[torch.Tensor],
         drafts: list[Draft | None],
     ) -> list[Draft | None]:
+        """Top-k tree drafts (see the module doc); `ready`'s counts are node counts here."""
         tree = self.tree
         sizes = [count for *_, count in ready]
 
