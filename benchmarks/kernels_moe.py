@@ -4,7 +4,7 @@
 
 One MoE layer: hidden 2880, intermediate 2880, 128 experts, top-4, bf16 activations, random packed
 weights. Rows:
-  * each path (decode GEMV, grouped GEMM) at several batch sizes T. Timed like the model runs it: one
+  * each path (decode GEMV, grouped GEMM v1 and v2, v2's config variants) at several batch sizes T. Timed like the model runs it: one
     CUDA graph holding `calls` back-to-back layer calls with different routings (at T=1 call c uses
     experts 4c..4c+3, so consecutive calls never share weights and nothing is served from the
     60 MB L2), replayed; time per call = replay time / calls (launch gaps included);
@@ -106,12 +106,34 @@ def calls_per_graph(tokens: int) -> int:
     return 32 if tokens <= 16 else (8 if tokens <= 64 else 2)
 
 
-def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dict:
-    fn = {
+# The grouped v2 kernels (moe_mxfp4.GROUPED_V2_*) with these changes to both configs.
+V2_VARIANTS = {
+    "grouped_v2": {},
+    "grouped_v2_sync_scales": {"SCALE_PREFETCH": 0},
+    "grouped_v2_rep2": {"REP": 2},
+    "grouped_v2_stages2": {"NUM_STAGES": 2},
+}
+
+
+def path_fn(path: str, experts: ExpertWeights):
+    """(x, router_logits) -> MoE output through one path."""
+    if path in V2_VARIANTS:
+        configs = {
+            "gate_up_config": moe.GROUPED_V2_GATE_UP | V2_VARIANTS[path],
+            "down_config": moe.GROUPED_V2_DOWN | V2_VARIANTS[path],
+        }
+        return lambda x, lg: moe.moe_mxfp4_grouped_v2(
+            x, lg, experts, TOP_K, LIMIT, ALPHA, **configs
+        )
+    return {
         "decode": lambda x, lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA),
         "decode_fp16": lambda x, lg: moe.moe_mxfp4_decode_fp16(x, lg, experts, TOP_K, LIMIT, ALPHA),
         "grouped": lambda x, lg: moe.moe_mxfp4_grouped(x, lg, experts, TOP_K, LIMIT, ALPHA),
     }[path]
+
+
+def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dict:
+    fn = path_fn(path, experts)
     inputs = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
     ok, err = check(fn, experts, *inputs[0])
     floors = [floor_bytes(logits) for _, logits in inputs]
@@ -207,6 +229,8 @@ def main() -> None:
             "DECODE_DOWN": moe.DECODE_DOWN,
             "GROUPED_GATE_UP": moe.GROUPED_GATE_UP,
             "GROUPED_DOWN": moe.GROUPED_DOWN,
+            "GROUPED_V2_GATE_UP": moe.GROUPED_V2_GATE_UP,
+            "GROUPED_V2_DOWN": moe.GROUPED_V2_DOWN,
         },
         "paths": [],
         "kernels_t1": [],
@@ -215,17 +239,21 @@ def main() -> None:
         f"# {result['gpu']}  torch {torch.__version__}  triton {triton.__version__}"
         f"  copy {bw / 1e12:.2f} TB/s  expert {EXPERT_BYTES / 1e6:.2f} MB"
     )
-    print(f"{'path':8s} {'T':>5s} {'us':>9s} {'floor_us':>9s} {'%floor':>6s} {'TB/s':>6s} check")
+    print(f"{'path':22s} {'T':>5s} {'us':>9s} {'floor_us':>9s} {'%floor':>6s} {'TB/s':>6s} check")
     # Both paths at T=1, 4 and 8 show the crossover (DECODE_MAX_PAIRS = 32 means T <= 8 at top-4).
     plan = [(p, t) for p in ("decode", "decode_fp16") for t in (1, 4, 8)]
-    plan += [("grouped", t) for t in (1, 4, 8, 64, 1024)]
+    plan += [("grouped", t) for t in (1, 4, 8)]
+    # v1 against v2 where the grouped path serves (T > 32 for 120b, T > 16 for 20b), then v2's
+    # config variants
+    plan += [(p, t) for t in (16, 64, 256, 1024) for p in ("grouped", "grouped_v2")]
+    plan += [(p, t) for t in (64, 256) for p in V2_VARIANTS if p != "grouped_v2"]
     for path, tokens in plan:
         row = bench_path(path, tokens, experts, bw)
         result["paths"].append(row)
         pct = 100 * row["floor_us"] / row["us"]
         ok = f"ok ({row['rel_err']:.1e})" if row["ok"] else f"MISMATCH ({row['rel_err']:.1e})"
         print(
-            f"{path:8s} {tokens:5d} {row['us']:9.1f} {row['floor_us']:9.1f} {pct:5.0f}% "
+            f"{path:22s} {tokens:5d} {row['us']:9.1f} {row['floor_us']:9.1f} {pct:5.0f}% "
             f"{row['tb_s']:6.2f} {ok} {row['note']}"
         )
         _write(result)  # after every row: a run cut short by a time limit keeps what finished

@@ -24,6 +24,8 @@ weight tile in registers and feeds tl.dot (fp32 accumulate). gate_up fuses bias 
 writes each pair's output scaled by its routing weight, then a sum over the k slots gives [T, H].
 The grid is sized by an upper bound of tiles and programs without work exit at once. With at most
 32 rows per tile the accumulator is kept transposed (SWAP_AB: weights are the M >= 64 operand).
+GROUPED_V2 switches MXFP4 experts to a second version of these kernels whose weight tiles come out
+of the loads already in the tensor cores' register layout (its section says how).
 
 MXFP4 decoding. A packed row is read as int32 words (8 e2m1 codes per word; code i of a word is
 element 8w+i of the row, the low nibble of a byte being the even element). Codes i and i+4 sit 16
@@ -298,6 +300,7 @@ def _route_kernel(
     x_ptr,  # [T, H] (read unless X_LAYOUT == 0)
     x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
     # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
+    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps)
     x_unscale_ptr,  # X_LAYOUT 3: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
@@ -307,6 +310,7 @@ def _route_kernel(
     H: tl.constexpr,
     X_LAYOUT: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    V2_GROUPS: tl.constexpr = 4,  # X_LAYOUT 4: scale groups per step of the v2 gate_up kernel
 ):
     token = tl.program_id(0)
     expert = tl.arange(0, E_P2)
@@ -338,6 +342,12 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
+    elif X_LAYOUT == 4:
+        HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
+            tl.store(x_out_ptr + token * HP + _v2_position(k, V2_GROUPS), values, mask=k < H)
     elif X_LAYOUT == 3:
         amax = 0.0
         for start in tl.static_range(0, H, BLOCK_H):
@@ -375,11 +385,15 @@ def route_fp16(
     return _route(router_logits, top_k, x, "fp16")
 
 
-_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3}
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4}
 
 
 def _route(
-    router_logits: torch.Tensor, top_k: int, x: torch.Tensor | None, x_layout: str
+    router_logits: torch.Tensor,
+    top_k: int,
+    x: torch.Tensor | None,
+    x_layout: str,
+    v2_groups: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     num_tokens, num_experts = router_logits.shape
     device = router_logits.device
@@ -392,6 +406,8 @@ def _route(
     elif x is not None and x_layout == "fp16":
         x_out = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
         x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
+    elif x is not None and x_layout == "v2":  # holes of the last step stay unwritten (never read)
+        x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=x.dtype, device=device)
     elif x is not None:
         x_out = torch.empty_like(x)
     if num_tokens == 0:
@@ -411,6 +427,7 @@ def _route(
         H=hidden,
         X_LAYOUT=0 if x is None else _X_LAYOUTS[x_layout],
         BLOCK_H=min(1024, triton.next_power_of_2(hidden)),
+        V2_GROUPS=v2_groups,
         num_warps=4,
     )
     return ids, weights, x_out, x_unscale
@@ -1577,6 +1594,393 @@ def moe_mxfp4_grouped(
     return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)
 
 
+# ----------------------------------------------------------------------------------------------
+# Grouped path v2: weights dequantized straight into the tensor cores' register layout
+# ----------------------------------------------------------------------------------------------
+# The v1 kernels above issue about 5.0 SASS instructions per weight (sm_90, triton 3.6): besides
+# the unpack, each dequantized tile takes a layout conversion through shared memory before the
+# wgmma, and each thread reads words it uses only a quarter of. v2 (GROUPED_V2) picks the K order
+# so that the thread that loads a scale group's 16 bytes is the one whose wgmma registers need
+# all 32 of its weights, and picks the tile's row order so that the loads already have the
+# accumulator's row layout (SASS counts: see the configs below):
+#   * wgmma's register operand (m64nNk16, 16-bit): lane l of warp w holds rows 16w + l/4 + {0, 8}
+#     of each 64 and, in every run of 8 K positions, positions 2 (l % 4) + {0, 1}.
+#   * A step covers GB = GROUPS_PER_STEP scale groups (a multiple of 4). The lane with l % 4 = GL
+#     loads groups 4 GH + GL (GH < GB/4) of its rows, 4 words each, and K position
+#         p = h + 2 GL + 8 wi + 32 (j % 2) + 64 (j // 2) + 128 GH
+#     holds code j + 4h of word wi of group 4 GH + GL: the codes j and j + 4 that one shift pair
+#     turns into a bf16x2 word sit in one register's two K positions. Activations are stored in
+#     this order (`_v2_position`), rows padded to whole steps; the pad is never read (the last
+#     partial step is peeled off the loop and masked).
+#   * Rows: tiles are loaded as [REP, 2, NW, 8] (registers, registers, warps, lanes/4), which is
+#     the accumulator's row order 16 NW rep + 16 w + 8 d + l/4. gate_up puts the gate row 2j at
+#     d = 0 and the up row 2j + 1 at d = 1, so one thread holds both halves of its SwiGLUs.
+#   * Unpack (`_v2_pair_bits`): per bf16x2 word one AND isolates two nibbles, one multiply by
+#     2^a + 2^b writes two disjoint copies (magnitude bits to 6..8, sign to 15), one AND keeps
+#     those: 3 integer instructions per 2 weights, then v1's packed bf16 fma by 2^(s-65).
+# The CPU interpreter runs the same bit layout with the fma emulated in fp32 (LANES_BF16_EMULATED).
+GROUPED_V2 = False  # moe_mxfp4 sends MXFP4 batches above the GEMV limit to v2 (not yet measured)
+# Configs: REP * 8 * num_warps intermediate pairs (gate_up) or REP * 16 * num_warps output
+# columns (down) per program; GROUPS_PER_STEP a multiple of 4; NUM_STAGES for tl.range;
+# SCALE_PREFETCH loads the next step's scales a step ahead (they are too narrow for async copies).
+# SASS compiled offline (sm_90, triton 3.6, as benchmarks/sass_counts.py does), instructions per
+# weight in the main loop of gate_up / down at BLOCK_M 16: these configs 3.20 / 3.22; without
+# SCALE_PREFETCH 3.07 / 3.14; REP 2 3.54 / 3.55; at BLOCK_M 32 3.28 / 3.33 (v1: 4.98 / 4.75).
+# REP 4 takes 255 registers, no spills in the loop. Not measured on a GPU yet: SCALE_PREFETCH is
+# on because a synchronous scale load would wait for HBM once per step.
+GROUPED_V2_GATE_UP = {"REP": 4, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
+                      "num_warps": 4}  # fmt: skip
+GROUPED_V2_DOWN = {"REP": 4, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
+                   "num_warps": 4}  # fmt: skip
+
+_V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
+
+
+@triton.jit
+def _v2_position(k, GB: tl.constexpr):
+    """Position of element k of a row in the v2 order of steps of GB scale groups."""
+    BK: tl.constexpr = GB * 32
+    e = k % BK
+    group = e // 32
+    code = e % 8
+    j = code % 4
+    inner = code // 4 + 2 * (group % 4) + 8 * ((e % 32) // 8) + 32 * (j % 2) + 64 * (j // 2)
+    return k - e + inner + 128 * (group // 4)
+
+
+def _v2_padded(size: int, groups_per_step: int) -> int:
+    """A row of `size` elements padded to whole v2 steps."""
+    step = groups_per_step * MXFP4_GROUP
+    return triton.cdiv(size, step) * step
+
+
+@triton.jit
+def _v2_pair_bits(words, J: tl.constexpr):
+    """bf16x2 words holding codes J and J + 4 of each int32 word as e2m1 * 2^-126 (magnitude in
+    bits 6..8 of a lane, sign in 15): the bits of _dequant_words' shift pairs, in 3 instructions.
+    An AND isolates both nibbles, a multiply by 2^a + 2^b adds two copies that share no bits (so
+    no carries), one with the magnitude in place and one with the sign, and an AND keeps those."""
+    if J >= 2:
+        words = words >> 8  # codes 2, 3 (6, 7) move to 0, 1 (4, 5); the AND drops the sign fill
+    if J % 2 == 0:
+        copies = (words & 0x000F000F) * ((1 << 6) + (1 << 12))
+    else:
+        copies = (words & 0x00F000F0) * ((1 << 2) + (1 << 8))
+    return copies & _V2_KEEP
+
+
+@triton.jit
+def _v2_rows(t, REP: tl.constexpr, NW: tl.constexpr):
+    """[GH, REP, 2, NW, 8, X] as loaded -> [REP * NW * 16, GH, X], rows in the accumulator's order
+    (a relabeling: no data moves)."""
+    t = tl.permute(t, (1, 3, 2, 4, 0, 5))
+    return tl.reshape(t, (REP * NW * 16, t.shape[4], t.shape[5]))
+
+
+@triton.jit
+def _v2_words(w_ptr, rows, g0, G: tl.constexpr, GB: tl.constexpr, MASKED: tl.constexpr):
+    """rows [REP, 2, NW, 8] (packed rows, counted from w_ptr) -> int32 words [R, GB/4, 4, 4] of
+    the groups g0 + 4 GH + GL: one 16-byte run per (row, group), in the lane that uses it."""
+    REP: tl.constexpr = rows.shape[0]
+    NW: tl.constexpr = rows.shape[2]
+    gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
+    word = tl.arange(0, 16)[None, None, None, None, None, :]  # 4 GL + wi
+    ptrs = w_ptr + rows[None, :, :, :, :, None] * (G * 4) + (g0 * 4 + 16 * gh + word)
+    if MASKED:
+        words = tl.load(ptrs, mask=g0 + 4 * gh + word // 4 < G, other=0)
+    else:
+        words = tl.load(ptrs)
+    return tl.reshape(_v2_rows(words, REP, NW), (REP * NW * 16, GB // 4, 4, 4))
+
+
+@triton.jit
+def _v2_scales(
+    s_ptr, rows, g0, scale_step, G: tl.constexpr, GB: tl.constexpr, MASKED: tl.constexpr
+):
+    """uint8 scales [R, GB/4, 4] of the groups g0 + 4 GH + GL, in the words' layout.
+
+    NOTE: the pointers are built with the dims reversed. With scale_step unknown at compile time
+    no dim looks contiguous, and Triton 3.6 then gives the load's lanes and warps to the dims in
+    the order written: lanes to GL and the row's lane dim, warps to NW, as in the words' layout,
+    so the scales need no layout conversion (written in the words' order, the SASS had up to
+    ~190 shuffles and selects per step)."""
+    REP: tl.constexpr = rows.shape[0]
+    NW: tl.constexpr = rows.shape[2]
+    gl = tl.arange(0, 4)[:, None, None, None, None, None]
+    gh = tl.arange(0, GB // 4)[None, None, None, None, None, :]
+    group = g0 + 4 * gh + gl  # [4, 1, 1, 1, 1, GH]
+    reversed_rows = tl.permute(rows, (3, 2, 1, 0))[None, :, :, :, :, None]
+    ptrs = s_ptr + reversed_rows * G + group * scale_step  # [4, 8, NW, 2, REP, GH]
+    if MASKED:
+        scales = tl.load(ptrs, mask=group < G, other=0)
+    else:
+        scales = tl.load(ptrs)
+    return _v2_rows(tl.permute(scales, (5, 4, 3, 2, 1, 0)), REP, NW)
+
+
+@triton.jit
+def _v2_weight_tile(words, scales, LANES: tl.constexpr):
+    """words [R, GH, 4, 4] + scales [R, GH, 4] -> [R, GH * 128] weights * 2^-64 in the v2 K order
+    (bf16 with LANES_BF16_PTX, else fp32 computed as the PTX would)."""
+    biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)[:, :, :, None]
+    if LANES == 1:  # LANES_BF16_PTX
+        q0 = _scaled_bf16_pairs(_v2_pair_bits(words, 0), (biased << 7) | (biased << 23))
+        q1 = _scaled_bf16_pairs(_v2_pair_bits(words, 1), (biased << 7) | (biased << 23))
+        q2 = _scaled_bf16_pairs(_v2_pair_bits(words, 2), (biased << 7) | (biased << 23))
+        q3 = _scaled_bf16_pairs(_v2_pair_bits(words, 3), (biased << 7) | (biased << 23))
+    else:
+        scale = (biased << 23).to(tl.float32, bitcast=True)
+        q0 = _emulated_bf16_pairs(_v2_pair_bits(words, 0), scale)
+        q1 = _emulated_bf16_pairs(_v2_pair_bits(words, 1), scale)
+        q2 = _emulated_bf16_pairs(_v2_pair_bits(words, 2), scale)
+        q3 = _emulated_bf16_pairs(_v2_pair_bits(words, 3), scale)
+    values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, GH, GL, wi, h, j % 2, j // 2]
+    values = tl.permute(values, (0, 1, 6, 5, 3, 2, 4))  # [R, GH, j // 2, j % 2, wi, GL, h]
+    return tl.reshape(values, (words.shape[0], words.shape[1] * 128))
+
+
+@triton.jit
+def _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G: tl.constexpr, GB: tl.constexpr,
+             LANES: tl.constexpr, DOT_BF16: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
+    """acc [R, M] += the weight tile of groups g0 .. g0 + GB @ the matching activations."""
+    p = tl.arange(0, GB * 32)
+    if MASKED:  # the last partial step: positions of missing groups are never written
+        group = g0 + 4 * (p // 128) + (p // 2) % 4
+        a = tl.load(x_ptrs + g0 * 32 + p[None, :], mask=(group < G)[None, :], other=0.0)
+    else:
+        a = tl.load(x_ptrs + g0 * 32 + p[None, :])
+    w = _v2_weight_tile(_v2_words(w_ptr, rows, g0, G, GB, MASKED), scales, LANES)
+    return _accumulate(acc, a, w, DOT_BF16, True)
+
+
+@triton.jit
+def _v2_matmul(
+    x_ptrs,  # [M, 1] the M rows of activations (v2 order)
+    w_ptr,
+    s_ptr,
+    rows,  # [REP, 2, NW, 8] packed rows counted from w_ptr / s_ptr
+    scale_step,
+    K: tl.constexpr,
+    GB: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    SCALE_PREFETCH: tl.constexpr,
+    LANES: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+):
+    """-> fp32 [R, M]: the tile's weight rows times the activations (the accumulator's row order).
+
+    Whole steps run in a pipelined loop without masks; a last partial step runs after it."""
+    G: tl.constexpr = K // 32
+    G_FULL: tl.constexpr = G // GB * GB
+    acc = tl.zeros([rows.shape[0] * rows.shape[2] * 16, x_ptrs.shape[0]], tl.float32)
+    if SCALE_PREFETCH:  # a register double buffer: the scale loads are not async copies
+        next_scales = _v2_scales(s_ptr, rows, 0, scale_step, G, GB, True)
+    for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
+        if SCALE_PREFETCH:
+            scales = next_scales
+            next_scales = _v2_scales(s_ptr, rows, g0 + GB, scale_step, G, GB, True)
+        else:
+            scales = _v2_scales(s_ptr, rows, g0, scale_step, G, GB, False)
+        acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G, GB, LANES, DOT_BF16, False)
+    if G_FULL < G:
+        if SCALE_PREFETCH:
+            scales = next_scales
+        else:
+            scales = _v2_scales(s_ptr, rows, G_FULL, scale_step, G, GB, True)
+        acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, G_FULL, G, GB, LANES, DOT_BF16, True)
+    return acc * _LANE_RESCALE
+
+
+@triton.jit
+def _v2_tile_dims(REP: tl.constexpr, NW: tl.constexpr):
+    """Index tensors of the row tile [REP, 2, NW, 8]: (rep, d, w, lane row)."""
+    rep = tl.arange(0, REP)[:, None, None, None]
+    d = tl.arange(0, 2)[None, :, None, None]
+    w = tl.arange(0, NW)[None, None, :, None]
+    lane_row = tl.arange(0, 8)[None, None, None, :]
+    return rep, d, w, lane_row
+
+
+@triton.jit(do_not_specialize=["scale_step"])
+def _v2_gate_up_kernel(
+    x_ptr,  # [T, X_WIDTH] activations in the v2 order of this kernel's steps
+    sorted_pairs_ptr,  # [P] int32: pair index (token * TOP_K + slot) in expert order
+    counts_ptr,  # [E] int32 pairs per expert
+    offsets_ptr,  # [E] int32 first sorted row of each expert
+    tile_ends_ptr,  # [E] int32 cumulative M-tile count
+    w_ptr,  # [E, 2I, H/32, 4] int32 (packed rows as words)
+    scales_ptr,  # [E, 2I, H/32] uint8
+    bias_ptr,  # [E, 2I]
+    act_ptr,  # [P, ACT_WIDTH] out: sorted rows, in the v2 order of the down kernel's steps
+    limit,
+    alpha,
+    scale_step,  # 1, not specialized (see _v2_scales)
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    LANES: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    REP: tl.constexpr,
+    NW: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    DOWN_GROUPS: tl.constexpr,
+    X_WIDTH: tl.constexpr,  # H padded to whole steps
+    ACT_WIDTH: tl.constexpr,  # INTER padded to whole steps of the down kernel
+    NUM_STAGES: tl.constexpr,
+    SCALE_PREFETCH: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    expert, row_start, row_end = _expert_tile(
+        tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+    )
+    if expert >= E:
+        return
+    expert = expert.to(tl.int64)
+    sorted_row = row_start + tl.arange(0, BLOCK_M)
+    sorted_ok = sorted_row < row_end
+    # rows past the expert's end read token 0's activations; their results are never stored
+    token = tl.load(sorted_pairs_ptr + sorted_row, mask=sorted_ok, other=0) // TOP_K
+    BP: tl.constexpr = 8 * NW * REP  # intermediate pairs per program
+    rep, d, w, lane_row = _v2_tile_dims(REP, NW)
+    # clamped past the end: valid rows whose results are never stored
+    pair_index = tl.minimum(pid_n * BP + 8 * NW * rep + 8 * w + lane_row, INTER - 1)
+    rows = expert * (2 * INTER) + 2 * pair_index + d  # gate rows at d = 0, up rows at d = 1
+    x_ptrs = x_ptr + token[:, None].to(tl.int64) * X_WIDTH
+    acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16)  # fmt: skip
+
+    gate, up = tl.split(tl.permute(tl.reshape(acc, (REP, NW, 2, 8, BLOCK_M)), (0, 1, 3, 4, 2)))
+    j = pid_n * BP + tl.arange(0, BP)
+    j_ok = j < INTER
+    bias_row = bias_ptr + expert * (2 * INTER) + 2 * j
+    gate = tl.reshape(gate, (BP, BLOCK_M)) + tl.load(bias_row, mask=j_ok).to(tl.float32)[:, None]
+    up = tl.reshape(up, (BP, BLOCK_M)) + tl.load(bias_row + 1, mask=j_ok).to(tl.float32)[:, None]
+    act = _swiglu(gate, up, limit, alpha)  # [BP, M]
+    tl.store(
+        act_ptr
+        + sorted_row[None, :].to(tl.int64) * ACT_WIDTH
+        + _v2_position(j, DOWN_GROUPS)[:, None],
+        act.to(act_ptr.dtype.element_ty),
+        mask=sorted_ok[None, :] & j_ok[:, None],
+    )
+
+
+@triton.jit(do_not_specialize=["scale_step"])
+def _v2_down_kernel(
+    act_ptr,  # [P, X_WIDTH] sorted rows, in the v2 order of this kernel's steps
+    sorted_pairs_ptr,  # [P] int32
+    route_w_ptr,  # [P] fp32, by pair index
+    counts_ptr,
+    offsets_ptr,
+    tile_ends_ptr,
+    w_ptr,  # [E, H, INTER/32, 4] int32
+    scales_ptr,  # [E, H, INTER/32] uint8
+    bias_ptr,  # [E, H]
+    y_ptr,  # [P, H] fp32 out, by pair index: routing weight * expert output
+    scale_step,  # 1, not specialized (see _v2_scales)
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    LANES: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    REP: tl.constexpr,
+    NW: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    X_WIDTH: tl.constexpr,  # INTER padded to whole steps
+    NUM_STAGES: tl.constexpr,
+    SCALE_PREFETCH: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    expert, row_start, row_end = _expert_tile(
+        tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+    )
+    if expert >= E:
+        return
+    expert = expert.to(tl.int64)
+    sorted_row = row_start + tl.arange(0, BLOCK_M)
+    sorted_ok = sorted_row < row_end
+    R: tl.constexpr = 16 * NW * REP  # output columns per program
+    rep, d, w, lane_row = _v2_tile_dims(REP, NW)
+    col = pid_n * R + 16 * NW * rep + 16 * w + 8 * d + lane_row
+    rows = expert * H + tl.minimum(col, H - 1)  # clamped: valid rows, never stored
+    # rows past the expert's end re-read its last row (in bounds); their results are never stored
+    act_row = tl.minimum(sorted_row, row_end - 1)
+    x_ptrs = act_ptr + act_row[:, None].to(tl.int64) * X_WIDTH
+    acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16)  # fmt: skip
+
+    col = pid_n * R + tl.arange(0, R)
+    col_ok = col < H
+    pair = tl.load(sorted_pairs_ptr + sorted_row, mask=sorted_ok, other=0)
+    bias = tl.load(bias_ptr + expert * H + col, mask=col_ok, other=0.0).to(tl.float32)
+    route_w = tl.load(route_w_ptr + pair, mask=sorted_ok, other=0.0)
+    tl.store(
+        y_ptr + pair[None, :].to(tl.int64) * H + col[:, None],
+        (acc + bias[:, None]) * route_w[None, :],
+        mask=sorted_ok[None, :] & col_ok[:, None],
+    )
+
+
+def moe_mxfp4_grouped_v2(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    block_m: int | None = None,
+    gate_up_config: dict[str, int] | None = None,
+    down_config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """`moe_mxfp4_grouped` with the v2 kernels (see the section comment); dense experts go to v1.
+    block_m and the configs override the defaults (benchmark sweeps, tests)."""
+    if not experts.is_mxfp4:
+        return moe_mxfp4_grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+    num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
+    gu = dict(gate_up_config or GROUPED_V2_GATE_UP)
+    dn = dict(down_config or GROUPED_V2_DOWN)
+    for name, config in (("gate_up", gu), ("down", dn)):
+        if config["GROUPS_PER_STEP"] % 4:
+            raise MoEShapeError(f"v2 {name} needs GROUPS_PER_STEP % 4 == 0, got {config}")
+    x = x.contiguous()
+    if num_tokens == 0:
+        return torch.empty_like(x)
+    num_pairs = num_tokens * top_k
+    block_m = block_m or _block_m(num_pairs, num_experts)
+    ids, route_w, x_v2, _ = _route(router_logits, top_k, x, "v2", gu["GROUPS_PER_STEP"])
+    sorted_pairs, counts, offsets, tile_ends = _expert_schedule(ids, num_experts, block_m)
+    max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+    dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
+    act_dtype = torch.bfloat16 if dot_bf16 else torch.float32
+    act_width = _v2_padded(inter, dn["GROUPS_PER_STEP"])
+    act = torch.empty(num_pairs, act_width, dtype=act_dtype, device=x.device)  # sorted order
+    lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
+    common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
+              "LANES": lanes, "BLOCK_M": block_m}  # fmt: skip
+    schedule = (sorted_pairs, counts, offsets, tile_ends)
+    pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
+    _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](
+        x_v2, *schedule, experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales,
+        experts.gate_up_bias.contiguous(), act, float(swiglu_limit), float(swiglu_alpha), 1,
+        H=hidden, INTER=inter, TOP_K=top_k, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
+        X_WIDTH=x_v2.shape[1], ACT_WIDTH=act_width, NW=gu["num_warps"], **common, **gu,
+    )  # fmt: skip
+    y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=x.device)  # by pair index
+    cols_per_program = 16 * dn["REP"] * dn["num_warps"]
+    _v2_down_kernel[(triton.cdiv(hidden, cols_per_program), max_m_tiles)](
+        act, sorted_pairs, route_w, counts, offsets, tile_ends,
+        experts.down_blocks.view(torch.int32), experts.down_scales,
+        experts.down_bias.contiguous(), y, 1, H=hidden, INTER=inter, X_WIDTH=act_width,
+        NW=dn["num_warps"], **common, **dn,
+    )  # fmt: skip
+    return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)
+
+
 # Inline PTX only when compiling for the GPU: TRITON_INTERPRET (the CPU tests) cannot run it.
 _COMPILED = not _is_interpreted(_decode_gate_up_kernel)
 # The fp32 decode GEMV's inline-PTX unpack. Off: benchmarks/moe_decode_sweep.py measured the
@@ -1622,12 +2026,13 @@ def moe_mxfp4(
 
     Picks the GEMV path for MXFP4 experts when T * top_k <= min(DECODE_MAX_PAIRS,
     DECODE_PAIRS_PER_EXPERT * E) (a static choice on shapes, so each CUDA graph captures one
-    path), else the grouped path (also for dense experts)."""
+    path), else the grouped path (also for dense experts; v2 when GROUPED_V2)."""
     max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * router_logits.shape[1])
     if experts.is_mxfp4 and x.shape[0] * top_k <= max_pairs:
         decode = moe_mxfp4_decode_fp16 if DECODE_FP16 else moe_mxfp4_decode
         return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
-    return moe_mxfp4_grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+    grouped = moe_mxfp4_grouped_v2 if GROUPED_V2 else moe_mxfp4_grouped  # v2 sends dense to v1
+    return grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
 
 
 def _check(

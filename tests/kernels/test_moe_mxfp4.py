@@ -3,7 +3,8 @@
 CPU tests run the kernels in the Triton interpreter on tiny fp32/fp16 problems (hidden 96 so that a
 row's 3 scale groups leave a partial step, intermediate 64), covering routing, both paths (GEMV for
 decode, grouped GEMM), experts with no tokens, every token on the same experts (several M-tiles of
-one expert), odd token counts and dense experts. The oracle is the torch reference computed in fp32
+one expert), odd token counts and dense experts, for the grouped v1 and v2 kernels (v2's bf16-lane arithmetic
+runs emulated on the CPU). The oracle is the torch reference computed in fp32
 from the same packed weights. GPU tests (`-m gpu`) use gpt-oss-120b shapes in bf16.
 """
 
@@ -231,6 +232,87 @@ def test_grouped_bf16_lane_arithmetic(moe, monkeypatch, block_m):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+# v2 tiles: REP 1 keeps them small (64 rows with 4 warps); a step is 4 (or 8) scale groups.
+V2_TINY = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 2, "SCALE_PREFETCH": 0, "num_warps": 4}
+
+
+def _v2_configs(**changes) -> dict:
+    return {"gate_up_config": V2_TINY | changes, "down_config": V2_TINY | changes}
+
+
+@pytest.mark.parametrize(
+    "hidden,inter,tokens,changes",
+    [
+        (96, 64, 17, {}),  # 3 groups: only the peeled partial step; odd tokens, 2 M-tiles
+        (160, 96, 5, {"SCALE_PREFETCH": 1}),  # 5 and 3 groups: a full step and a partial one
+        (128, 128, 3, {}),  # 4 groups: one whole step, no partial one
+        (288, 160, 9, {"GROUPS_PER_STEP": 8, "SCALE_PREFETCH": 1}),  # 9 = 8 + 1, 5 = partial
+        (96, 64, 4, {"REP": 2}),  # 128-row tiles past the ends of 128 (gate_up) and 96 rows
+    ],
+)
+def test_grouped_v2_matches_reference(moe, hidden, inter, tokens, changes):
+    """v2 (bf16-lane bit layout, emulated fma on the CPU) against the fp32 reference."""
+    experts = _experts(8, hidden, inter, seed=40 + hidden)
+    x, logits = _inputs(tokens, hidden, 8, seed=41 + tokens)
+    out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, **_v2_configs(**changes))
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+def test_grouped_v2_crowded_and_empty_experts(moe):
+    """Every token on experts 5 and 2 (17 pairs each: two M-tiles of 16, the second with one row);
+    six experts without tokens."""
+    experts = _experts(8, 160, 96, seed=4)
+    x, logits = _inputs(17, 160, 8, seed=5)
+    logits[:, 5] += 50.0
+    logits[:, 2] += 40.0
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, experts, 2, LIMIT, ALPHA, block_m=16, **_v2_configs(SCALE_PREFETCH=1)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+@pytest.mark.parametrize("groups", [4, 8])
+def test_v2_route_layout(moe, groups):
+    """route's "v2" layout: within each step of `groups` scale groups [GH, GL], element
+    32 (4 GH + GL) + 8 wi + 4h + j lands at h + 2 GL + 8 wi + 32 (j % 2) + 64 (j // 2) + 128 GH
+    (the K order of the v2 weight tiles); rows are padded to whole steps."""
+    hidden = 32 * groups * 2
+    x, logits = _inputs(3, hidden, 4, seed=63)
+    _, _, x_v2, _ = moe._route(logits, 2, x, "v2", groups)
+    steps = x.view(3, 2, groups // 4, 4, 4, 2, 2, 2)  # [t, step, GH, GL, wi, h, j // 2, j % 2]
+    expected = steps.permute(0, 1, 2, 6, 7, 4, 3, 5).reshape(3, hidden)
+    assert torch.equal(x_v2, expected)
+    _, _, padded, _ = moe._route(logits, 2, x[:, :96], "v2", groups)
+    assert padded.shape == (3, 32 * groups)
+
+
+def test_grouped_v2_through_the_entry_point(moe, monkeypatch):
+    """GROUPED_V2 sends batches above the GEMV limit to v2 (default configs: tiles past every
+    end at these sizes); dense experts still take v1."""
+    monkeypatch.setattr(moe, "GROUPED_V2", True)
+    experts = _experts(4, 64, 64, seed=64)
+    tokens = min(moe.DECODE_MAX_PAIRS, moe.DECODE_PAIRS_PER_EXPERT * 4) // 4 + 1
+    x, logits = _inputs(tokens, 64, 4, seed=65)
+    ref = _reference(x, logits, experts, 4)
+    assert _relative_error(moe.moe_mxfp4(x, logits, experts, 4, LIMIT, ALPHA), ref) < 1e-5
+    dense = _dense(experts)
+    assert _relative_error(moe.moe_mxfp4(x, logits, dense, 4, LIMIT, ALPHA), ref) < 1e-5
+    v2_dense = moe.moe_mxfp4_grouped_v2(x, logits, dense, 4, LIMIT, ALPHA)
+    assert _relative_error(v2_dense, ref) < 1e-5
+
+
+def test_grouped_v2_edge_inputs(moe):
+    experts = _experts(4, 64, 64, seed=66)
+    x, logits = _inputs(0, 64, 4, seed=67)
+    assert moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA).shape == (0, 64)
+    x, logits = _inputs(2, 64, 4, seed=68)
+    with pytest.raises(moe.MoEShapeError, match="GROUPS_PER_STEP"):
+        moe.moe_mxfp4_grouped_v2(
+            x, logits, experts, 2, LIMIT, ALPHA, **_v2_configs(GROUPS_PER_STEP=2)
+        )
+
+
 def _scaled_expert_weights(experts_scale: list[float], hidden: int, inter: int) -> ExpertWeights:
     """One expert per scale factor, weights and biases multiplied by it before quantization."""
     g = torch.Generator().manual_seed(99)
@@ -251,7 +333,7 @@ def _scaled_expert_weights(experts_scale: list[float], hidden: int, inter: int) 
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # numpy sigmoid(-big) = 0
-@pytest.mark.parametrize("path", ["decode", "grouped", "grouped_bf16_lanes"])
+@pytest.mark.parametrize("path", ["decode", "grouped", "grouped_bf16_lanes", "grouped_v2"])
 def test_extreme_scales(moe, monkeypatch, path):
     """Experts whose e8m0 scales sit far from 127 (weights ~2^12 and ~2^-30): token t routes to
     expert t alone, and each token's output must be right relative to its own size."""
@@ -264,6 +346,8 @@ def test_extreme_scales(moe, monkeypatch, path):
     ref = _reference(x, logits, experts, 1)
     if path == "decode":
         out = moe.moe_mxfp4_decode(x, logits, experts, 1, LIMIT, ALPHA)
+    elif path == "grouped_v2":
+        out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 1, LIMIT, ALPHA, **_v2_configs())
     else:
         monkeypatch.setattr(moe, "EMULATE_BF16_LANES", path == "grouped_bf16_lanes")
         out = moe.moe_mxfp4_grouped(x, logits, experts, 1, LIMIT, ALPHA, block_m=16)
@@ -294,6 +378,7 @@ def test_float16_activations(moe):
     for out in (
         moe.moe_mxfp4_decode(x, logits, experts, 3, LIMIT, ALPHA, **TINY_DECODE),
         moe.moe_mxfp4_grouped(x, logits, experts, 3, LIMIT, ALPHA, **TINY_GROUPED),
+        moe.moe_mxfp4_grouped_v2(x, logits, experts, 3, LIMIT, ALPHA, **_v2_configs()),
     ):
         assert out.dtype == torch.float16
         torch.testing.assert_close(out, ref.half(), atol=2e-3 * ref.abs().max().item(), rtol=2e-3)
@@ -422,11 +507,40 @@ def test_gpu_120b_both_paths(experts_120b, tokens):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 64])
-def test_gpu_cuda_graph_replay(experts_120b, tokens):
-    """Both paths capture in a CUDA graph (no host syncs) and replay on new inputs."""
+@pytest.mark.parametrize("tokens", [16, 64, 1024])
+def test_gpu_120b_grouped_v2(experts_120b, tokens):
+    """v2 (default and varied configs) against the reference, and against v1, which multiplies the
+    same bf16 weights and activations (only fp32 summation order and bf16 roundings differ)."""
     from gossamer.kernels import moe_mxfp4
 
+    x, logits = _inputs_120b(tokens, seed=400 + tokens)
+    args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    v2 = moe_mxfp4.moe_mxfp4_grouped_v2(*args)
+    _assert_close_120b(v2, ref)
+    v1 = moe_mxfp4.moe_mxfp4_grouped(*args)
+    assert ((v2.float() - v1.float()).norm() / v1.float().norm()).item() < 2e-3
+    variants = [
+        {"SCALE_PREFETCH": 0},
+        {"REP": 2, "NUM_STAGES": 2},
+        {"REP": 2, "GROUPS_PER_STEP": 8},  # 90 groups: 11 steps of 8 and one of 2
+    ]
+    for changes in variants:
+        configs = {
+            "gate_up_config": moe_mxfp4.GROUPED_V2_GATE_UP | changes,
+            "down_config": moe_mxfp4.GROUPED_V2_DOWN | changes,
+        }
+        _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, **configs), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,v2", [(1, False), (64, False), (64, True)])
+def test_gpu_cuda_graph_replay(experts_120b, monkeypatch, tokens, v2):
+    """Both paths (and grouped v2) capture in a CUDA graph (no host syncs) and replay on new
+    inputs."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(moe_mxfp4, "GROUPED_V2", v2)
     x, logits = _inputs_120b(tokens, seed=200 + tokens)
     static_x, static_logits = x.clone(), logits.clone()
 
