@@ -1,4 +1,5 @@
-"""Instructions per weight of the MoE decode GEMVs, from SASS compiled for sm_90 without a GPU.
+"""Instructions per weight of the MoE kernels (decode GEMVs, grouped v1 and v2), from SASS compiled
+for sm_90 without a GPU.
 
     PYTHONPATH=. python benchmarks/sass_counts.py
 
@@ -33,6 +34,14 @@ DOWN_ARGS = dict(act_ptr="*i32", ids_ptr="*i32", route_w_ptr="*fp32", words_ptr=
                  scales_ptr="*u8", bias_ptr="*bf16", out_ptr="*bf16", scale_step="i32")  # fmt: skip
 OLD_GATE_UP_ARGS = dict(x_planes_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32", scales_ptr="*u8",
                         bias_ptr="*bf16", act_ptr="*fp32", limit="fp32", alpha="fp32")  # fmt: skip
+SCHEDULE_ARGS = dict(sorted_pairs_ptr="*i32", counts_ptr="*i32", offsets_ptr="*i32",
+                     tile_ends_ptr="*i32")  # fmt: skip
+GROUPED_GATE_UP_ARGS = dict(x_ptr="*bf16", **SCHEDULE_ARGS, w_ptr="*i32", scales_ptr="*u8",
+                            bias_ptr="*bf16", act_ptr="*bf16", limit="fp32", alpha="fp32")  # fmt: skip
+GROUPED_DOWN_ARGS = dict(act_ptr="*bf16", sorted_pairs_ptr="*i32", route_w_ptr="*fp32",
+                         counts_ptr="*i32", offsets_ptr="*i32", tile_ends_ptr="*i32", w_ptr="*i32",
+                         scales_ptr="*u8", bias_ptr="*bf16", y_ptr="*fp32")  # fmt: skip
+GROUPED_SHAPES = dict(H=H, INTER=INTER, E=128, E_P2=128, DOT_BF16=True, LANES=moe.LANES_BF16_PTX)
 
 
 def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int):
@@ -78,12 +87,52 @@ def report(name: str, compiled, weights_per_thread: float) -> None:
     opcodes = loop_histogram(compiled)
     total = sum(opcodes.values())
     top = ", ".join(f"{op} {n}" for op, n in opcodes.most_common(8))
-    print(f"{name:44s} {total:5d} per loop, {total / weights_per_thread:5.2f} per weight  ({top})")
+    print(f"{name:52s} {total:5d} per loop, {total / weights_per_thread:5.2f} per weight  ({top})")
+
+
+def grouped_v1(block_m: int) -> None:
+    """The first grouped kernels (inline-PTX bf16 lanes, default configs)."""
+    gu, dn = moe.GROUPED_GATE_UP, moe.GROUPED_DOWN
+    shapes = GROUPED_SHAPES | dict(IS_MXFP4=True, BLOCK_M=block_m, SWAP_AB=True)
+    kernel = compile_sm90(moe._grouped_gate_up_kernel, GROUPED_GATE_UP_ARGS,
+                          shapes | dict(TOP_K=4, BLOCK_PAIRS=gu["BLOCK_PAIRS"],
+                                        GROUPS_PER_STEP=gu["GROUPS_PER_STEP"]), gu["num_warps"])  # fmt: skip
+    report(f"grouped v1 gate_up, BLOCK_M {block_m}", kernel,
+           gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / (32 * gu["num_warps"]))  # fmt: skip
+    kernel = compile_sm90(moe._grouped_down_kernel, GROUPED_DOWN_ARGS,
+                          shapes | dict(BLOCK_COLS=dn["BLOCK_COLS"],
+                                        GROUPS_PER_STEP=dn["GROUPS_PER_STEP"]), dn["num_warps"])  # fmt: skip
+    report(f"grouped v1 down, BLOCK_M {block_m}", kernel,
+           dn["BLOCK_COLS"] * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
+
+
+def grouped_v2(block_m: int, changes: dict) -> None:
+    """The v2 kernels: default configs with `changes`; a thread handles 16 REP rows x a step."""
+    name = "".join(f", {k} {v}" for k, v in changes.items())
+    gu, dn = moe.GROUPED_V2_GATE_UP | changes, moe.GROUPED_V2_DOWN | changes
+    shapes = GROUPED_SHAPES | dict(BLOCK_M=block_m)
+    kernel = compile_sm90(moe._v2_gate_up_kernel, GROUPED_GATE_UP_ARGS | dict(scale_step="i32"),
+                          shapes | dict(TOP_K=4, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
+                                        X_WIDTH=moe._v2_padded(H, gu["GROUPS_PER_STEP"]),
+                                        ACT_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
+                                        NW=gu["num_warps"], **_constexprs(gu)), gu["num_warps"])  # fmt: skip
+    report(f"grouped v2 gate_up, BLOCK_M {block_m}{name}", kernel,
+           16 * gu["REP"] * gu["GROUPS_PER_STEP"])  # fmt: skip
+    kernel = compile_sm90(moe._v2_down_kernel, GROUPED_DOWN_ARGS | dict(scale_step="i32"),
+                          shapes | dict(X_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
+                                        NW=dn["num_warps"], **_constexprs(dn)), dn["num_warps"])  # fmt: skip
+    report(f"grouped v2 down, BLOCK_M {block_m}{name}", kernel,
+           16 * dn["REP"] * dn["GROUPS_PER_STEP"])  # fmt: skip
+
+
+def _constexprs(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "num_warps"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.parse_args()
+    parser.add_argument("--skip-grouped", action="store_true", help="only the decode GEMVs")
+    args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes; instructions per thread")
     gu, dn = moe.DECODE_FP16_GATE_UP, moe.DECODE_FP16_DOWN
     kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS,
@@ -105,6 +154,11 @@ def main() -> None:
                                GROUPS_PER_STEP=old["GROUPS_PER_STEP"]), old["num_warps"])  # fmt: skip
     report("fp32 gate_up (the first session's kernel)", kernel,
            old["BLOCK_PAIRS"] * 2 * old["GROUPS_PER_STEP"] * 32 / (32 * old["num_warps"]))  # fmt: skip
+    if args.skip_grouped:
+        return
+    grouped_v1(16)
+    for block_m, changes in ((16, {}), (16, {"SCALE_PREFETCH": 0}), (16, {"REP": 2}), (32, {})):
+        grouped_v2(block_m, changes)
 
 
 if __name__ == "__main__":
