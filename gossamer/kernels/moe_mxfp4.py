@@ -2029,7 +2029,9 @@ def moe_mxfp4(
     path), else the grouped path (also for dense experts; v2 when GROUPED_V2)."""
     max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * router_logits.shape[1])
     if experts.is_mxfp4 and x.shape[0] * top_k <= max_pairs:
-        decode = moe_mxfp4_decode_fp16 if DECODE_FP16 else moe_mxfp4_decode
+        # the fp16 GEMV scales the SwiGLU output by its clamp, so it needs a finite limit
+        fp16 = DECODE_FP16 and 0.0 < swiglu_limit < 1e4
+        decode = moe_mxfp4_decode_fp16 if fp16 else moe_mxfp4_decode
         return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     grouped = moe_mxfp4_grouped_v2 if GROUPED_V2 else moe_mxfp4_grouped  # v2 sends dense to v1
     return grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)

@@ -183,6 +183,14 @@ def test_fp16_act_exponent_fits_the_clamped_swiglu(moe):
     assert bound * 2**exp <= 65504 < bound * 2 ** (exp + 2)
 
 
+def test_entry_point_without_a_finite_limit_uses_the_fp32_gemv(moe):
+    experts = _experts(4, 64, 64, seed=63)
+    x, logits = _inputs(1, 64, 4, seed=64)
+    out = moe.moe_mxfp4(x, logits, experts, 2, float("inf"), ALPHA)
+    reference = TorchOps().moe(x.float(), logits.float(), experts, 2, float("inf"), ALPHA)
+    assert _relative_error(out, reference) < 1e-5
+
+
 def test_fp16_decode_rejects_bad_configs(moe):
     experts = _experts(4, 64, 64, seed=61)
     x, logits = _inputs(1, 64, 4, seed=62)
