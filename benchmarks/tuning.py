@@ -16,6 +16,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from gemv_sweep import SHAPES
+
 from gossamer.kernels import gemv, moe_mxfp4
 
 
@@ -40,16 +42,13 @@ def apply_gemv_sweep(path: str) -> dict:
 
 
 def _by_class_and_m(rows: list[dict]) -> dict[str, list[dict]]:
-    """Rows keyed "<class>_m1" (M = 1) or "<class>" (M > 1)."""
+    """Rows keyed "<class>_m1" (M = 1) or "<class>" (M > 1), classes as gemv.shape_class."""
+    classes = {name: gemv.shape_class(n, k) for name, n, k in SHAPES}
     grouped = defaultdict(list)
     for row in rows:
-        name = row["shape_class"] if "shape_class" in row else _class_of(row["shape"])
+        name = classes[row["shape"]]
         grouped[f"{name}_m1" if row["m"] == 1 else name].append(row)
     return grouped
-
-
-def _class_of(shape: str) -> str:
-    return "narrow" if shape.startswith("router") else "medium"
 
 
 def _least_total_time(rows: list[dict]) -> dict:

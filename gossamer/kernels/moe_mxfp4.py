@@ -726,24 +726,6 @@ def _hfma2(a, b, c):
 
 
 @triton.jit
-def _hadd2(a, b):
-    """a + b on words of two fp16 lanes (a reduction's combine function)."""
-    if _INTERPRETED:
-        low = _fp16_lane(a, False) + _fp16_lane(b, False)
-        high = _fp16_lane(a, True) + _fp16_lane(b, True)
-        return _fp16_pair(low, high)
-    else:
-        return tl.inline_asm_elementwise(
-            asm="add.rn.f16x2 $0, $1, $2;",
-            constraints="=r,r,r",
-            args=[a, b],
-            dtype=tl.int32,
-            is_pure=True,
-            pack=1,
-        )
-
-
-@triton.jit
 def _pair_lanes(words, PAIR: tl.constexpr):
     """The fp16 lanes (e2m1 * 2^-14) of codes PAIR and PAIR + 4 of each int32 word."""
     if PAIR == 0:

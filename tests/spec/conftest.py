@@ -44,6 +44,14 @@ def other_model_path(tmp_path_factory):
 FREE_VERIFICATION = {"1": [1.0, 1.0]}
 
 
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+def greedy_requests(count: int = 6, seed: int = 0, params: SamplingParams = GREEDY) -> dict:
+    """Request id -> (a repetitive prompt, params): the workload most spec tests run."""
+    return {str(i): (p, params) for i, p in enumerate(repetitive_prompts(count, seed))}
+
+
 def repetitive_prompts(count: int, seed: int = 0) -> list[list[int]]:
     """Prompts that repeat a short phrase, so that n-gram lookups find matches."""
     gen = torch.Generator().manual_seed(seed)

@@ -11,17 +11,12 @@ from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
 from tests.spec.conftest import (
     FREE_VERIFICATION,
+    greedy_requests,
     make_engine,
     prefix_sharing_requests,
     repetitive_prompts,
     run_engine,
 )
-
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-
-
-def greedy_requests(count: int = 6, seed: int = 0, params: SamplingParams = GREEDY):
-    return {str(i): (p, params) for i, p in enumerate(repetitive_prompts(count, seed))}
 
 
 @pytest.fixture(scope="module")

@@ -20,17 +20,13 @@ from gossamer.spec.proposer import Draft
 from gossamer.spec.speculator import Speculator
 from tests.spec.conftest import (
     FREE_VERIFICATION,
+    GREEDY,
+    greedy_requests,
     make_engine,
     prefix_sharing_requests,
     repetitive_prompts,
     run_engine,
 )
-
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-
-
-def workload(count: int = 6, seed: int = 0, params: SamplingParams = GREEDY):
-    return {str(i): (p, params) for i, p in enumerate(repetitive_prompts(count, seed))}
 
 
 def record_shapes(engine) -> list[list[tuple[int, int]]]:
@@ -53,7 +49,7 @@ def verification_steps(steps):
 
 @pytest.mark.parametrize("method", ["ngram", "suffix", "auto"])
 def test_mixed_draft_lengths_reach_the_runner_as_uniform_steps(target, method):
-    requests = workload()
+    requests = greedy_requests()
     plain, _, _ = run_engine(make_engine(target, None), requests)
     spec = SpecConfig(method=method, cost_table=FREE_VERIFICATION)
     ragged_engine = make_engine(target, replace(spec, pad_drafts=False))
@@ -105,7 +101,7 @@ def scheduled(request_id: str, token_ids: list[int], num_drafts: int) -> Schedul
 def test_padding_skips_steps_that_cannot_be_uniform_and_respects_the_budget(target):
     """A budget too small for the padded batch: no padding (the scheduler would cut it), every
     step within the budget, outputs unchanged."""
-    requests = workload(6, seed=2)
+    requests = greedy_requests(6, seed=2)
     plain, _, _ = run_engine(make_engine(target, None), requests)
     engine = make_engine(target, SpecConfig(method="ngram"), max_num_batched_tokens=14)
     shapes = record_shapes(engine)
