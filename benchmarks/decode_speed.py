@@ -229,9 +229,10 @@ def main() -> None:
         help="the grouped MoE kernels' inline-PTX bf16 lanes (GROUPED_INLINE_PTX)",
     )
     parser.add_argument(
-        "--grouped-v2",
-        action="store_true",
-        help="the v2 grouped MoE kernels above the GEMV limit (GROUPED_V2)",
+        "--grouped",
+        choices=("default", "v1", "v2"),
+        default="default",
+        help="which grouped MoE kernels serve MXFP4 batches above the GEMV limit (GROUPED_V2)",
     )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument("--gemv-sweep", help="gemv_sweep.py JSON: use its best configs")
@@ -246,8 +247,8 @@ def main() -> None:
         moe_mxfp4.DECODE_MAX_PAIRS = args.moe_max_pairs
     if args.grouped_ptx != "default":
         moe_mxfp4.GROUPED_INLINE_PTX = args.grouped_ptx == "on"
-    if args.grouped_v2:
-        moe_mxfp4.GROUPED_V2 = True
+    if args.grouped != "default":
+        moe_mxfp4.GROUPED_V2 = args.grouped == "v2"
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     bandwidth = copy_bandwidth(gib=4)
