@@ -21,6 +21,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly")
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="skip the start-up kernel warm-up (new step shapes then compile during requests)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of unseeded sampling")
     add_spec_arguments(parser)
 
@@ -34,6 +39,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         kv_cache_memory=args.kv_cache_memory,
         gpu_memory_utilization=args.gpu_memory_utilization,
         cuda_graphs=not args.no_cuda_graphs,
+        warmup=not args.no_warmup,
         seed=args.seed,
         speculative_config=spec_config_from_args(args),
     )

@@ -45,6 +45,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     num_blocks: int | None = None  # exact block count (tests); overrides the memory budget
     cuda_graphs: bool = True
+    warmup: bool = True  # compile the Triton kernels of every step shape at start-up
     seed: int = 0
     speculative_config: SpecConfig | None = None  # see gossamer/spec/config.py
 
@@ -117,6 +118,7 @@ class EngineCore:
             max_num_batched_tokens=config.max_num_batched_tokens,
             cuda_graphs=config.cuda_graphs,
             graph_query_lens=graph_query_lens,
+            warmup=config.warmup,
         )
         self.sampler = Sampler(config.seed)
         self.num_cache_groups = len(layout.groups)

@@ -89,6 +89,7 @@ class ModelRunner:
         cuda_graphs: bool = True,
         graph_sizes: tuple[int, ...] = DEFAULT_GRAPH_SIZES,
         graph_query_lens: tuple[int, ...] = (1,),
+        warmup: bool = True,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -106,6 +107,12 @@ class ModelRunner:
         # per graph, the extra outputs of `_forward` ([graph tokens, ...] each), as graph_logits
         self.graph_extras: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
         self.last_extras: tuple[torch.Tensor, ...] = ()  # the last step's, one row per fed token
+        if warmup and triton_on_gpu(model):
+            # NOTE: imported here because warmup.py imports this module. The cache is still empty,
+            # but the warm-up writes none of it anyway (runner/warmup.py).
+            from gossamer.runner.warmup import warm_up
+
+            warm_up(self)
         if graphs_possible(model, cuda_graphs):
             sizes = [b for b in graph_sizes if b <= max_num_seqs]
             self.capture_graphs(sizes, graph_query_lens)
@@ -217,16 +224,32 @@ class ModelRunner:
         self.step_modes[mode] += 1
         if key is not None:
             return self._replay(key, len(seqs))
+        logits, self.last_extras = self._run_eager(seqs, num_tokens, rows, max_query, max_seq)
+        return logits
+
+    @torch.inference_mode()
+    def dry_run(self, seqs: list[SeqInput]) -> None:
+        """An eager step that stores no KV (every slot -1) and keeps nothing: the start-up warm-up
+        (runner/warmup.py) runs its kernels, with the launch shapes of `seqs`, to compile them."""
+        num_tokens, rows, max_query, max_seq = self._fill(seqs)
+        self.host["slot_mapping"][:, :num_tokens] = -1
+        self._run_eager(seqs, num_tokens, rows, max_query, max_seq)
+
+    def _run_eager(
+        self, seqs: list[SeqInput], num_tokens: int, rows: list[int], max_query: int, max_seq: int
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """After `_fill` (its results are the arguments): the step, eagerly -> (logits of `rows`,
+        the extras of `_forward`)."""
         tree = self._fill_tree(seqs)
         self._upload(num_tokens, len(seqs))
         metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
         if tree:
             self._add_tree_mask(metadata, num_tokens)
-        hidden, self.last_extras = self._forward(
+        hidden, extras = self._forward(
             self.dev["input_ids"][:num_tokens], self.dev["positions"][:num_tokens], metadata
         )
         index = torch.tensor(rows, device=self.device, dtype=torch.long)
-        return self.model.compute_logits(hidden[index])
+        return self.model.compute_logits(hidden[index]), extras
 
     def _fill_tree(self, seqs: list[SeqInput]) -> bool:
         """Tree speculation: the tree tokens' masks and depth positions into the host arrays (mask
@@ -326,7 +349,13 @@ class ModelRunner:
 def graphs_possible(model, cuda_graphs: bool) -> bool:
     """Whether `model` (anything with `device` and `ops`) can run from captured CUDA graphs: asked
     for, on the GPU, with the Triton ops (the torch reference syncs with the host mid-step)."""
-    return cuda_graphs and model.device.type == "cuda" and model.ops.name == "triton"
+    return cuda_graphs and triton_on_gpu(model)
+
+
+def triton_on_gpu(model) -> bool:
+    """Whether `model` runs the Triton ops on the GPU: the only backend that compiles kernels as
+    new launch shapes come (hence the start-up warm-up)."""
+    return model.device.type == "cuda" and model.ops.name == "triton"
 
 
 class GraphCapture:

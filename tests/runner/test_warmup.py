@@ -1,0 +1,364 @@
+"""The start-up warm-up reaches every Triton specialization that later steps launch, and changes
+nothing: no KV written, no block taken, the same tokens afterwards.
+
+No GPU here, so the Triton kernels are replaced by recorders: the model runs the torch reference
+for its results, and the Triton ops run on the same arguments (their Python launch logic unchanged)
+with each kernel launch recorded as the key Triton compiles by (constexprs and launch options, and
+per runtime argument: integers == 1 / % 16 / 32-bit, pointers 16-byte aligned). The SM counts are
+set to the H200's, which decides the attention's split counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from gossamer.engine.args import add_engine_arguments, engine_config_from_args
+from gossamer.engine.core import EngineConfig, EngineCore
+from gossamer.model.loader import load_model
+from gossamer.ops.torch_ref import TorchOps
+from gossamer.runner import model_runner, warmup
+from gossamer.runner.model_runner import ModelRunner, SeqInput
+from gossamer.runner.warmup import WarmupStep, warm_up
+from gossamer.sampling_params import SamplingParams
+from tests.hf_models import write_hf_model
+
+# NOTE: the kernel modules are imported in the mode tests/kernels/conftest.py gives this machine
+# (interpreted without a GPU): the interpreted kernels of those tests share helper modules with
+# these, and cannot call compiled helpers.
+with pytest.MonkeyPatch.context() as _patch:
+    if not torch.cuda.is_available():
+        _patch.setenv("TRITON_INTERPRET", "1")
+    from gossamer.kernels import attention, gemv, moe_mxfp4, norm, rope
+    from gossamer.ops.triton import TritonOps
+
+H200_SMS = 132
+BLOCK_SIZE = 16
+MAX_MODEL_LEN = 4096  # the split ladder reaches MAX_SPLITS (64 splits from 4033 keys)
+BUDGET = 256  # max_num_batched_tokens
+MAX_SEQS = 8
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    # gpt-oss's 128-token window (sliding layers then split too); dummy MXFP4 experts (4 of them,
+    # top 2), so the MoE has its GEMV path up to 4 tokens, grouped BLOCK_M 16 to 32, then 32
+    path = write_hf_model(tmp_path_factory.mktemp("warmup"), seed=5, sliding_window=128)
+    return load_model(str(path), load_format="dummy", dtype="float32").model
+
+
+def make_runner(model, **options) -> ModelRunner:
+    options = {"num_blocks": 260, "block_size": BLOCK_SIZE, "max_num_seqs": MAX_SEQS,
+               "max_num_batched_tokens": BUDGET, "cuda_graphs": False, "warmup": False} | options  # fmt: skip
+    return ModelRunner(model, **options)
+
+
+# ---- recording Triton launches --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch as Triton keys its compiled binaries."""
+
+    kernel: str
+    constexprs: tuple[tuple[str, object], ...]  # and the launch options (num_warps, ...)
+    runtime: tuple[tuple[str, tuple], ...]  # per runtime argument, its specialization
+
+    def constexpr(self, name: str) -> object:
+        return dict(self.constexprs)[name]
+
+    def arg(self, name: str) -> tuple:
+        return dict(self.runtime)[name]
+
+
+def specialization(value: object) -> tuple:
+    if isinstance(value, torch.Tensor):
+        return ("pointer", str(value.dtype), value.data_ptr() % 16 == 0)
+    if isinstance(value, bool):
+        return ("i1",)
+    if isinstance(value, int):
+        return ("int", value == 1, value % 16 == 0, -(2**31) <= value < 2**31)
+    if isinstance(value, float):
+        return ("fp32",)
+    return (repr(value),)
+
+
+class KernelRecorder:
+    """Stands in for a @triton.jit kernel: `kernel[grid](...)` records a Launch."""
+
+    def __init__(self, kernel, log: list[Launch]) -> None:
+        self.name = kernel.fn.__name__
+        params = inspect.signature(kernel.fn).parameters.values()
+        self.names = [param.name for param in params]
+        self.runtime = {p.name for p in params if "constexpr" not in str(p.annotation)}
+        self.log = log
+
+    def __getitem__(self, grid):
+        return self.launch
+
+    def launch(self, *args, **kwargs) -> None:
+        values = dict(zip(self.names, args, strict=False)) | kwargs
+        constexprs = tuple(sorted((k, v) for k, v in values.items() if k not in self.runtime))
+        runtime = tuple((k, specialization(v)) for k, v in values.items() if k in self.runtime)
+        self.log.append(Launch(self.name, constexprs, runtime))
+        if self.name == "_route_kernel":
+            values["ids_ptr"].zero_()  # valid expert ids: the sort after routing indexes with them
+
+
+class RecordingOps(TorchOps):
+    """The torch reference's results, after the Triton ops ran on the same arguments (with the
+    kernels recorded, not run; their outputs are dropped)."""
+
+    name = "triton"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.triton = TritonOps()
+
+
+def _recorded(op_name: str):
+    def op(self, *args):
+        getattr(self.triton, op_name)(*args)
+        return getattr(TorchOps, op_name)(self, *args)
+
+    return op
+
+
+for _op in ("linear", "rms_norm", "rope", "write_kv", "rope_and_write_kv", "attention", "moe"):
+    setattr(RecordingOps, _op, _recorded(_op))
+
+
+@contextlib.contextmanager
+def recording(model):
+    """The model on RecordingOps with H200 SM counts; yields the launch log."""
+    log: list[Launch] = []
+    modules = [module for module in model.modules() if hasattr(module, "ops")]
+    saved = [module.ops for module in modules]
+    with pytest.MonkeyPatch.context() as patch:
+        for kernels in (attention, moe_mxfp4, gemv, norm, rope):
+            for name, value in vars(kernels).items():
+                if hasattr(value, "fn") and hasattr(value, "run"):  # a @triton.jit function
+                    patch.setattr(kernels, name, KernelRecorder(value, log))
+        patch.setattr(attention, "_sm_count", lambda device: H200_SMS)
+        patch.setattr(gemv, "_num_sms", lambda device: H200_SMS)
+        ops = RecordingOps()
+        for module in modules:
+            module.ops = ops
+        try:
+            yield log
+        finally:
+            for module, old in zip(modules, saved, strict=True):
+                module.ops = old
+
+
+# ---- what serving launches later --------------------------------------------------------------
+
+CONTEXTS = (17, 64, 65, 100, 128, 129, 193, 300, 449, 700, 961, 1500, 1985, 3000, 4033, 4096)
+
+
+def table(context: int) -> tuple[list[int], list[int]]:
+    blocks = list(range(1, -(-context // BLOCK_SIZE) + 1))  # shared by all: only shapes matter
+    return blocks, blocks
+
+
+def seq(query_len: int, context: int, num_logits: int = 1) -> SeqInput:
+    return SeqInput([5] * query_len, context - query_len, table(context), num_logits)
+
+
+def serving_steps() -> list[list[SeqInput]]:
+    """Steps a server runs: prefill tails after prefix hits (1..8 tokens, any context), decode
+    and verification batches, prompt chunks alone and mixed with decodes."""
+    rng = np.random.default_rng(0)
+    steps = [[seq(q, context)] for q in range(1, 9) for context in (q, *CONTEXTS)]
+    for num_seqs in (2, 3, 5, 8, 8):
+        lens = rng.integers(1, 9, num_seqs).tolist()
+        contexts = rng.choice(CONTEXTS, num_seqs).tolist()
+        steps.append([seq(q, c, q) for q, c in zip(lens, contexts, strict=True)])
+        steps.append([seq(1, c) for c in contexts])  # plain decode
+    for num_tokens in (9, 12, 16, 17, 31, 32, 33, 34, 64, 100, 128, 200, BUDGET):
+        steps.append([seq(num_tokens, num_tokens)])
+    steps.append([seq(40, 1040)])  # a prefix hit leaving a long tail
+    steps.append([seq(20, 20), seq(1, 300), seq(1, 4000), seq(3, 50, 3)])  # chunk + decodes
+    return steps
+
+
+@dataclass
+class Recorded:
+    steps: list[WarmupStep]
+    per_step: list[set[Launch]]  # the launches of each warm-up step
+    serving: set[Launch]  # the launches of serving_steps()
+
+    @property
+    def warm(self) -> set[Launch]:
+        return set().union(*self.per_step)
+
+
+@pytest.fixture(scope="module")
+def recorded(model) -> Recorded:
+    runner = make_runner(model)
+    per_step: list[set[Launch]] = []
+    with recording(model) as log:
+        real_dry_run = runner.dry_run
+
+        def dry_run(seqs: list[SeqInput]) -> None:
+            log.clear()
+            real_dry_run(seqs)
+            per_step.append(set(log))
+
+        runner.dry_run = dry_run
+        steps = warm_up(runner, progress=False)
+        log.clear()
+        for step in serving_steps():
+            runner.run(step)
+        serving = set(log)
+    return Recorded(steps, per_step, serving)
+
+
+def describe(launches: set[Launch]) -> str:
+    return "\n".join(sorted(map(str, launches)))
+
+
+# ---- tests --------------------------------------------------------------------------------------
+
+
+def test_warm_up_runs_its_plan_once_per_step(recorded):
+    assert len(recorded.per_step) == len(recorded.steps)
+    # 4 BLOCK_Q buckets x (a short context + 6 split counts), then prefill steps of 9 tokens (the
+    # prefill attention), 33 (MoE grouped BLOCK_M 32: 33 * 2 pairs over 4 experts) and the budget
+    decode = [step for step in recorded.steps if step.num_tokens <= 8]
+    assert sorted({step.query_lens[0] for step in decode}) == [1, 2, 4, 8]
+    assert len(decode) == 4 * 7
+    assert [step.num_tokens for step in recorded.steps[len(decode) :]] == [9, 33, BUDGET]
+
+
+def test_every_later_launch_was_compiled_by_the_warm_up(recorded):
+    missing = recorded.serving - recorded.warm
+    assert not missing, f"serving launches the warm-up missed:\n{describe(missing)}"
+
+
+def constexprs(launches: set[Launch], kernel: str, *names: str, **where: object) -> set[tuple]:
+    """The values of the constexprs `names` in the launches of `kernel` that match `where`."""
+    return {
+        tuple(launch.constexpr(name) for name in names)
+        for launch in launches
+        if launch.kernel == kernel and all(launch.constexpr(k) == v for k, v in where.items())
+    }
+
+
+ATTENTION = "_paged_attention_kernel"
+DECODE_WARPS, PREFILL_WARPS = 4, 8  # how attention.paged_attention launches the two shapes
+
+
+def test_decode_attention_buckets_with_and_without_splits(recorded):
+    buckets = constexprs(recorded.warm, ATTENTION, "BLOCK_Q", "SLIDING", "SPLIT",
+                         num_warps=DECODE_WARPS)  # fmt: skip
+    assert buckets == {(q, sliding, split) for q in (1, 2, 4, 8) for sliding in (False, True)
+                       for split in (False, True)}  # fmt: skip
+    # full-attention layers: split counts that are multiples of 16 (16..64) and that are not (2..8)
+    split_classes = {
+        (launch.constexpr("BLOCK_Q"), launch.arg("num_splits")[2])
+        for launch in recorded.warm
+        if launch.kernel == ATTENTION
+        and launch.constexpr("num_warps") == DECODE_WARPS
+        and launch.constexpr("SPLIT")
+        and not launch.constexpr("SLIDING")
+    }
+    assert split_classes == {(q, div16) for q in (1, 2, 4, 8) for div16 in (False, True)}
+    merges = constexprs(recorded.warm, "_merge_splits_kernel", "SPLITS_P2")
+    assert merges == {(2,), (4,), (8,), (16,), (32,), (64,)}
+
+
+def test_prefill_attention_and_moe_paths(recorded):
+    prefill = constexprs(recorded.warm, ATTENTION, "SLIDING", "SPLIT", num_warps=PREFILL_WARPS)
+    assert prefill == {(False, False), (True, False)}
+    assert constexprs(recorded.warm, "_fp16_gate_up_kernel")  # the GEMV path
+    block_ms = constexprs(recorded.warm, "_grouped_gate_up_kernel", "BLOCK_M")
+    block_ms |= constexprs(recorded.warm, "_v2_gate_up_kernel", "BLOCK_M")  # GROUPED_V2
+    assert block_ms == {(16,), (32,)}
+    assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == {(1,), (2,), (4,)}
+
+
+PLAN_HOLES = {
+    "BLOCK_Q 4 steps": lambda step: step.query_lens == (4,),
+    "BLOCK_Q 2 steps": lambda step: step.query_lens == (2,),
+    "split contexts": lambda step: step.start > 0,
+    "contexts of 16+ splits": lambda step: step.start + step.num_tokens >= 961,
+    "contexts of 8 splits": lambda step: 449 <= step.start + step.num_tokens < 961,
+    "prefill steps": lambda step: step.num_tokens > 8,
+    "the MoE BLOCK_M 32 steps": lambda step: step.num_tokens >= 33,
+}
+
+
+@pytest.mark.parametrize("hole", sorted(PLAN_HOLES))
+def test_a_plan_with_a_hole_misses_later_launches(recorded, hole):
+    """The check above is sharp: without any one group of steps, serving launches something new."""
+    dropped = PLAN_HOLES[hole]
+    kept = [keys for step, keys in zip(recorded.steps, recorded.per_step, strict=True)
+            if not dropped(step)]  # fmt: skip
+    assert len(kept) < len(recorded.steps)
+    assert recorded.serving - set().union(*kept)
+
+
+def test_dry_run_writes_no_kv_and_returns_nothing(model):
+    runner = make_runner(model)
+    runner.kv_cache.normal_()
+    before = runner.kv_cache.clone()
+    steps = warm_up(runner, progress=False)
+    assert len(steps) == 31
+    assert torch.equal(runner.kv_cache, before)
+
+
+def test_runner_warms_up_only_when_asked_with_triton_on_the_gpu(model, monkeypatch):
+    calls = []
+    monkeypatch.setattr(warmup, "warm_up", lambda runner: calls.append(runner))
+    make_runner(model, warmup=True)  # CPU, torch ops
+    monkeypatch.setattr(model_runner, "triton_on_gpu", lambda model: True)
+    make_runner(model, warmup=False)
+    assert calls == []
+    runner = make_runner(model, warmup=True)
+    assert calls == [runner]
+
+
+def test_no_warmup_flag():
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    assert engine_config_from_args(parser.parse_args([])).warmup
+    assert not engine_config_from_args(parser.parse_args(["--no-warmup"])).warmup
+
+
+def generate(engine: EngineCore, prompts: list[list[int]]) -> list[list[int]]:
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    tokens: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):  # one at a time: later prompts hit the cached prefix
+        engine.add_request(str(i), prompt, params)
+        tokens[str(i)] = []
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                tokens[out.request_id] += out.new_token_ids
+    return list(tokens.values())
+
+
+def test_engine_after_warm_up_holds_no_blocks_and_generates_the_same_tokens(model, monkeypatch):
+    monkeypatch.setattr(model_runner, "triton_on_gpu", lambda model: True)  # force the warm-up
+    calls = []
+    monkeypatch.setattr(warmup, "warm_up", lambda runner: calls.append(warm_up(runner, False)))
+    options = {"block_size": BLOCK_SIZE, "num_blocks": 64, "max_num_seqs": 4,
+               "max_num_batched_tokens": 64, "cuda_graphs": False}  # fmt: skip
+    warmed = EngineCore(model, None, EngineConfig(warmup=True, **options))
+    assert len(calls) == 1
+    assert not warmed.runner.kv_cache.any()  # allocated as zeros, nothing written
+    manager = warmed.kv_cache_manager
+    assert manager.num_free_blocks == manager.pool.num_usable_blocks
+    assert manager.pool.num_cached_blocks == 0
+    manager.pool.check_invariants()
+    cold = EngineCore(model, None, EngineConfig(warmup=False, **options))
+    assert len(calls) == 1
+    shared = list(range(10, 50))
+    prompts = [shared, shared + [7, 8], shared + [9, 10, 11, 12, 13], [3, 1, 4, 1, 5]]
+    assert generate(warmed, prompts) == generate(cold, prompts)
