@@ -17,7 +17,7 @@ import json
 import math
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -102,6 +102,7 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[R
     blocks_per_seq = math.ceil(max_context / BLOCK)
     biggest = max(args.batch_sizes)
     combos = [(b, c) for c in args.contexts for b in args.batch_sizes if b * c <= MAX_KV_TOKENS]
+    started = time.perf_counter()
     runner = ModelRunner(
         model,
         num_blocks=1 + 2 * max(b * math.ceil((c + args.steps + 16) / BLOCK) for b, c in combos),
@@ -110,6 +111,10 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[R
         max_num_batched_tokens=max(args.prompt_len, biggest),
         cuda_graphs=not args.no_cuda_graphs,
         graph_sizes=tuple(args.batch_sizes),
+        warmup=not args.no_warmup,
+    )
+    print(
+        f"{name}: runner start-up (kernel warm-up, graph capture) {time.perf_counter() - started:.1f} s"
     )
     runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
     first_token = time_to_first_token(name, runner, args.prompt_len, blocks_per_seq, cfg, bandwidth)
@@ -234,12 +239,27 @@ def main() -> None:
         default="default",
         help="which grouped MoE kernels serve MXFP4 batches above the GEMV limit (GROUPED_V2)",
     )
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="skip the runner's start-up kernel warm-up"
+    )
+    parser.add_argument(
+        "--pdl",
+        choices=("default", "on", "off"),
+        default="default",
+        help="programmatic dependent launch of the Triton kernels (gossamer/kernels/pdl.py)",
+    )
+    parser.add_argument(
+        "--gemv-prefetch",
+        type=int,
+        default=None,
+        help="W tiles per program the Triton GEMV sends to L2 before its PDL wait",
+    )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument("--gemv-sweep", help="gemv_sweep.py JSON: use its best configs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     tuned = apply_tuning(args)
-    from gossamer.kernels import moe_mxfp4
+    from gossamer.kernels import gemv, moe_mxfp4, pdl
 
     if args.moe_decode != "default":
         moe_mxfp4.DECODE_FP16 = args.moe_decode == "fp16"
@@ -249,6 +269,10 @@ def main() -> None:
         moe_mxfp4.GROUPED_INLINE_PTX = args.grouped_ptx == "on"
     if args.grouped != "default":
         moe_mxfp4.GROUPED_V2 = args.grouped == "v2"
+    if args.pdl != "default":
+        pdl.ENABLED = args.pdl == "on"
+    if args.gemv_prefetch is not None:
+        gemv.CONFIGS = {k: replace(c, prefetch=args.gemv_prefetch) for k, c in gemv.CONFIGS.items()}
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     bandwidth = copy_bandwidth(gib=4)

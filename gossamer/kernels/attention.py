@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gossamer.kernels import pdl
 from gossamer.ops.base import AttentionMetadata
 from gossamer.ops.torch_ref import TorchOps
 
@@ -109,7 +110,10 @@ def _paged_attention_kernel(
     SPLIT: tl.constexpr,
     TREE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     # Later query tiles see more keys: start them first.
     q_tile = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1) // num_splits
@@ -236,9 +240,12 @@ def _merge_splits_kernel(
     stride_o_head,
     HEAD_DIM: tl.constexpr,
     SPLITS_P2: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     token = tl.program_id(0)
     head = tl.program_id(1)
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     splits = tl.arange(0, SPLITS_P2)
     split_valid = splits < num_splits
     part = (token * num_q_heads + head) * num_splits + splits  # [SPLITS_P2]
@@ -428,6 +435,7 @@ def paged_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=4 if decode else 8,
         num_stages=3 if decode else 2,
+        **pdl.launch_options(q.device),
     )
     if split:
         _merge_splits_kernel[(num_tokens, num_q_heads)](
@@ -443,6 +451,7 @@ def paged_attention(
             HEAD_DIM=head_dim,
             SPLITS_P2=triton.next_power_of_2(num_splits),
             num_warps=1 if head_dim * num_splits <= 2048 else 4,
+            **pdl.launch_options(q.device),
         )
     return out
 

@@ -34,6 +34,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from gossamer.kernels import pdl
+
 # Largest M served by the Triton kernels; above it, cuBLAS. Measured on the H200 (2026-12-02,
 # benchmarks/gemv_sweep.py): with the configs below they beat cuBLAS on QKV, O and the router at
 # M = 1 and 4 (O 8.9 vs 11.4 us, router 3.5 vs 6.2 us, QKV 10.2 vs 10.5 us at M = 1) but not on
@@ -57,6 +59,7 @@ class GemvConfig:
     num_warps: int = 2
     num_stages: int = 4  # W tiles in flight per program (dot kernel)
     programs_per_sm: int = 6  # target of the automatic split
+    prefetch: int = 2  # W tiles per program sent to L2 before the PDL wait (dot kernel)
 
     def __post_init__(self) -> None:
         if self.kernel not in ("dot", "fma") or self.fixup not in ("last", "reduce"):
@@ -188,6 +191,7 @@ def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         num_warps=config.num_warps,
+        **pdl.launch_options(x.device),
     )
     grid = (plan.row_blocks, plan.split_k)
     if config.kernel == "fma":
@@ -195,12 +199,13 @@ def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
     else:
         ieee = x.dtype == torch.float32
         _gemv_dot_kernel[grid](*args, IEEE_FP32=ieee, BLOCK_M=plan.block_m,
-                               num_stages=config.num_stages, **constants)  # fmt: skip
+                               num_stages=config.num_stages, PREFETCH=config.prefetch,
+                               **constants)  # fmt: skip
     if split == SPLIT_REDUCE:
         block = 256
         _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
             partial, bias_arg, out, num_tokens, out_features, out.stride(0), HAS_BIAS=has_bias,
-            NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4,
+            NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4, **pdl.launch_options(x.device),
         )  # fmt: skip
 
 
@@ -268,6 +273,8 @@ def _gemv_dot_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,  # W tiles sent to L2 before the PDL wait
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -282,6 +289,12 @@ def _gemv_dot_kernel(
     cols = tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rows[:, None] * stride_w + k_begin + cols[None, :]  # [BLOCK_N, BLOCK_K]
     x_ptrs = x_ptr + tokens[None, :] * stride_x + k_begin + cols[:, None]  # x^T [BLOCK_K, BLOCK_M]
+    if PDL:
+        # the weights no kernel writes: start their trip from HBM while the previous kernel runs
+        for tile in tl.static_range(PREFETCH):
+            _prefetch_l2(w_ptr + rows * stride_w + k_begin, tile * BLOCK_K, k_len, BLOCK_K)
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     for offset in range(0, k_len, BLOCK_K):
         if EVEN_K:
@@ -321,6 +334,7 @@ def _gemv_fma_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     VEC: tl.constexpr,  # elements per 16-byte load
+    PDL: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -336,7 +350,9 @@ def _gemv_fma_kernel(
     # thread's loads of one x chunk for its several rows are merged into one (no shared memory).
     x_ptrs = x_ptr + (rows * 0)[None, :, None] + k_begin + cols
     acc = tl.zeros([BLOCK_K // VEC, BLOCK_N, VEC], tl.float32)
-    w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)
+    w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)  # weights: before the wait
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     x_next = _load_columns(x_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K).to(tl.float32)
     for offset in range(0, k_len, BLOCK_K):
         w, x = w_next, x_next
@@ -348,6 +364,16 @@ def _gemv_fma_kernel(
     y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
     _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
             counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+
+
+@triton.jit
+def _prefetch_l2(row_ptrs, offset, k_len, BLOCK_K: tl.constexpr):
+    """Ask for columns [offset, offset + BLOCK_K) of the rows at row_ptrs ([BLOCK_N] pointers) to
+    be brought into L2, if inside k_len: one request per 128-byte line; nothing waits for it."""
+    LINE: tl.constexpr = 1024 // row_ptrs.dtype.element_ty.primitive_bitwidth  # elements per line
+    LINES: tl.constexpr = BLOCK_K // LINE if BLOCK_K >= LINE else 1
+    if offset < k_len:
+        pdl.prefetch_l2(row_ptrs[:, None] + offset + tl.arange(0, LINES)[None, :] * LINE)
 
 
 @triton.jit
@@ -420,10 +446,13 @@ def _reduce_splits_kernel(
     HAS_BIAS: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     token = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     acc = tl.full([BLOCK], 0.0, tl.float32)
     for split in tl.static_range(NUM_SPLITS):  # unrolled: all loads in flight at once
         acc += tl.load(partial_ptr + (split * M + token) * N + cols, mask=mask, other=0.0)

@@ -51,6 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gossamer.kernels import pdl
 from gossamer.ops.base import ExpertWeights
 
 MXFP4_GROUP = 32  # elements per e8m0 scale
@@ -311,9 +312,12 @@ def _route_kernel(
     X_LAYOUT: tl.constexpr,
     BLOCK_H: tl.constexpr,
     V2_GROUPS: tl.constexpr = 4,  # X_LAYOUT 4: scale groups per step of the v2 gate_up kernel
+    PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
 ):
     token = tl.program_id(0)
     expert = tl.arange(0, E_P2)
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     logits = tl.load(
         logits_ptr + token * logits_row_stride + expert, mask=expert < E, other=float("-inf")
     ).to(tl.float32)
@@ -429,6 +433,7 @@ def _route(
         BLOCK_H=min(1024, triton.next_power_of_2(hidden)),
         V2_GROUPS=v2_groups,
         num_warps=4,
+        **pdl.launch_options(router_logits.device),
     )
     return ids, weights, x_out, x_unscale
 
@@ -798,6 +803,7 @@ def _fp16_gate_up_kernel(
     GROUPS_PER_STEP: tl.constexpr,
     SPLIT_K: tl.constexpr,
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
+    PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -806,6 +812,8 @@ def _fp16_gate_up_kernel(
     g_lo = pid_k * G // SPLIT_K
     g_hi = (pid_k + 1) * G // SPLIT_K
     token = pair // TOP_K
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     expert = tl.load(ids_ptr + pair).to(tl.int64)
 
     j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
@@ -911,11 +919,14 @@ def _fp16_swiglu_kernel(
     ACT_EXP: tl.constexpr,
     SPLIT_K: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
 ):
     """Split-K gate_up epilogue: sum the chunks, add the bias, clamped SwiGLU, fp16 store."""
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
     num_pairs = tl.num_programs(1)
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     expert = tl.load(ids_ptr + pair).to(tl.int64)
     j = pid_n * BLOCK + tl.arange(0, BLOCK)
     j_ok = j < INTER
@@ -948,6 +959,8 @@ def _fp16_down_kernel(
     GROUPS_PER_STEP: tl.constexpr,
     SPLIT_K: tl.constexpr,
     NUM_STAGES: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
+    PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
+    PREFETCH_WORDS: tl.constexpr = 128,  # per (row, expert), sent to L2 before the PDL wait
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -958,8 +971,13 @@ def _fp16_down_kernel(
     slot = tl.arange(0, K_P2)
     slot_ok = slot < TOP_K
     pair = token * TOP_K + slot
-    expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0).to(tl.int64)
-    route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0)
+    # NOTE: under PDL this runs while gate_up (the previous kernel) may still run, but the routing
+    # that wrote ids and route_w came before gate_up, and gate_up's programs let this kernel start
+    # only after their own wait, i.e. after routing finished: ids are final. They are read through
+    # L2 (.cg), where that kernel's writes are. So the first weight tile below is requested before
+    # this kernel's wait, and its trip from HBM overlaps gate_up's tail.
+    expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg").to(tl.int64)
+    route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0, cache_modifier=".cg")
 
     row = pid_n * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = row < H
@@ -982,6 +1000,13 @@ def _fp16_down_kernel(
     tile: tl.constexpr = (BLOCK_ROWS, K_P2, GROUPS_PER_STEP, 4)
 
     acc = tl.zeros([BLOCK_ROWS, K_P2, GROUPS_PER_STEP], tl.float32)
+    if PDL:
+        # the first PREFETCH_WORDS words of each (row, expert) run (clamped to the chunk's end)
+        line = tl.arange(0, PREFETCH_WORDS // 32) * 32  # 32 words: one 128-byte line
+        run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
+        pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
+    pdl.wait(PDL)  # the activations come from gate_up
+    pdl.launch_dependents(PDL)
     if NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
         next_words = tl.load(w_ptrs, mask=w_mask)
@@ -1032,8 +1057,11 @@ def _split_sum_kernel(
     N,
     SPLIT_K: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
 ):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     ok = offs < N
     total = tl.zeros([BLOCK], tl.float32)
     for k in tl.static_range(SPLIT_K):
@@ -1121,6 +1149,7 @@ def _fp16_gate_up(
         TOP_K=top_k,
         ACT_EXP=act_exp,
         **config,
+        **pdl.launch_options(x_h.device),
     )
     if split_k > 1:
         block = min(_SPLIT_EPILOGUE_BLOCK, triton.next_power_of_2(inter))
@@ -1136,6 +1165,7 @@ def _fp16_gate_up(
             SPLIT_K=split_k,
             BLOCK=block,
             num_warps=4,
+            **pdl.launch_options(act.device),
         )
     return act
 
@@ -1172,12 +1202,19 @@ def _fp16_down(
         K_P2=triton.next_power_of_2(top_k),
         ACT_EXP=act_exp,
         **config,
+        **pdl.launch_options(out.device),
     )
     if split_k > 1:
         size = num_tokens * hidden
         block = min(_SPLIT_EPILOGUE_BLOCK, triton.next_power_of_2(size))
         _split_sum_kernel[(triton.cdiv(size, block),)](
-            target, out, size, SPLIT_K=split_k, BLOCK=block, num_warps=4
+            target,
+            out,
+            size,
+            SPLIT_K=split_k,
+            BLOCK=block,
+            num_warps=4,
+            **pdl.launch_options(out.device),
         )
 
 

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gossamer.kernels import pdl
 from gossamer.ops.torch_ref import TorchOps
 
 
@@ -33,10 +34,14 @@ def _rms_norm_kernel(
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     mask = cols < hidden_size
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # before the wait
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         residual = tl.load(residual_ptr + row * stride_residual + cols, mask=mask, other=0.0)
@@ -49,7 +54,6 @@ def _rms_norm_kernel(
     h32 = hidden.to(tl.float32)
     mean_square = tl.sum(h32 * h32, axis=0) / hidden_size
     normed = h32 * tl.rsqrt(mean_square + eps)
-    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(x.dtype), mask=mask)
 
 
@@ -86,6 +90,7 @@ def rms_norm(
             HAS_RESIDUAL=residual is not None,
             BLOCK_H=block,
             num_warps=_num_warps(block),
+            **pdl.launch_options(x.device),
         )
     out = out.view(x.shape)
     if residual is None:

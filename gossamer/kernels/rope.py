@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gossamer.kernels import pdl
 from gossamer.ops.torch_ref import TorchOps
 
 
@@ -87,8 +88,11 @@ def _rope_kv_kernel(
     ROTATE: tl.constexpr,  # False: a plain K/V cache write
     STORE_K: tl.constexpr,  # store rotated k to k_out (the plain `rope`)
     WRITE_KV: tl.constexpr,  # store rotated k and v into the cache
+    PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
+    pdl.wait(PDL)
+    pdl.launch_dependents(PDL)
     if ROTATE:
         position = tl.load(positions_ptr + token).to(tl.int64)
         dims = tl.arange(0, HALF)[None, :]
@@ -248,6 +252,7 @@ def _launch(
         STORE_K=k_out is not None,
         WRITE_KV=write,
         num_warps=4,
+        **pdl.launch_options(k.device),
     )
 
 

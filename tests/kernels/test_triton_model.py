@@ -156,3 +156,48 @@ def test_a_decode_step_captures_in_a_cuda_graph(models):
         torch.cuda.synchronize()
     assert torch.equal(graph_logits, eager_logits)
     assert torch.equal(graph_token, eager_token)
+
+
+def _replayed_decode_logits(model, pdl_on: bool, tokens: list[int]) -> torch.Tensor:
+    """One decode step captured in a CUDA graph, replayed back to back for each token in `tokens`
+    (the input buffer changes between replays, so a kernel that read a buffer before its
+    predecessor wrote it would see the previous replay's values)."""
+    from gossamer.kernels import pdl
+
+    saved, pdl.ENABLED = pdl.ENABLED, pdl_on
+    try:
+        prompt = _prompt(20, seed=4)
+        cache = ContiguousCache(model, 32)
+        forward_tokens(model, cache, prompt, 0)
+        ids = torch.tensor([prompt[-1]], device="cuda")
+        positions = torch.tensor([len(prompt)], device="cuda")
+        metadata = cache.metadata(len(prompt), 1)
+        with torch.inference_mode():
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                model.compute_logits(model(ids, positions, metadata, cache.kv_cache))  # compile
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = model.compute_logits(model(ids, positions, metadata, cache.kv_cache))
+            rows = []
+            for token in tokens:
+                ids.fill_(token)
+                graph.replay()
+                rows.append(logits.clone())
+            torch.cuda.synchronize()
+        return torch.cat(rows)
+    finally:
+        pdl.ENABLED = saved
+
+
+def test_programmatic_dependent_launch_changes_no_bit(models):
+    """Kernels launched with PDL (gossamer/kernels/pdl.py) start before their predecessor ends and
+    wait inside; a missing wait would read stale activations. Graph replays with PDL on give
+    exactly the logits of replays with PDL off."""
+    tokens = _prompt(48, seed=5)
+    with_pdl = _replayed_decode_logits(models["triton"], True, tokens)
+    without = _replayed_decode_logits(models["triton"], False, tokens)
+    assert torch.equal(with_pdl, without)
+    assert not torch.equal(with_pdl[0], with_pdl[1])  # the inputs did change between replays
