@@ -44,6 +44,14 @@ SWEEP: dict[str, list[GemvConfig | None]] = {
         GemvConfig(block_n=64, block_k=128, num_warps=4, num_stages=3, programs_per_sm=4),
         GemvConfig(kernel="fma", block_n=16, block_k=256, num_warps=4),
         GemvConfig(kernel="fma", block_n=8, block_k=512, num_warps=4, programs_per_sm=8),
+        # longer runs of each row per step (access_pattern.py: 16 rows x 128 B steps read at 71%
+        # of the copy bandwidth, 4-8 rows x 256-512 B at 84-89%)
+        GemvConfig(block_n=16, block_k=128, num_warps=1, programs_per_sm=8),
+        GemvConfig(block_n=16, block_k=128, num_warps=2, programs_per_sm=6),
+        GemvConfig(block_n=16, block_k=256, num_warps=2, programs_per_sm=4, num_stages=3),
+        GemvConfig(block_n=16, block_k=256, num_warps=4, programs_per_sm=4, num_stages=3),
+        GemvConfig(kernel="fma", block_n=4, block_k=512, num_warps=2, programs_per_sm=8),
+        GemvConfig(kernel="fma", block_n=8, block_k=256, num_warps=2, programs_per_sm=8),
     ],
     "narrow": [
         None,

@@ -63,8 +63,10 @@ MXFP4_GROUP = 32  # elements per e8m0 scale
 # steps at T=16 take 13.7 ms on the GEMV against 26.4 on the grouped path, at T=32 25.0 against
 # 39.0; but 20b (32 experts) at T=32 took 15.9 ms on the GEMV against 13.8 at T=64 on the grouped
 # path. The re-read bytes grow with pairs per expert, so the GEMV also stops at
-# DECODE_PAIRS_PER_EXPERT * E pairs (T <= 16 for 20b, T <= 32 for 120b).
-DECODE_MAX_PAIRS = 128
+# DECODE_PAIRS_PER_EXPERT * E pairs (T <= 16 for 20b, T <= 32 for 120b). With grouped v2 (same
+# machine, 120b, PDL on): T=8 8.4 ms GEMV vs 11.2 v2, T=16 13.4 vs 16.2, T=32 25.1 vs 22.9, so
+# the GEMV now stops at 64 pairs (T <= 16).
+DECODE_MAX_PAIRS = 64
 DECODE_PAIRS_PER_EXPERT = 2
 
 # Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).

@@ -162,6 +162,26 @@ def test_fp16_decode_path_matches_reference(moe, tokens, split, stages):
     assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
 
 
+@pytest.mark.parametrize(
+    "gate_up,down",
+    [((2, 4, 1), (1, 4, 1)), ((4, 8, 4), (2, 8, 4))],
+)
+def test_fp16_decode_few_rows_long_steps(moe, gate_up, down):
+    """Tiles of 1-4 rows and steps longer than the row (8 groups of 5): the shapes the sweep
+    tries for longer contiguous reads per row."""
+    experts = _experts(8, 160, 96, seed=52)
+    x, logits = _inputs(2, 160, 8, seed=53)
+    (pairs, gu_groups, gu_warps), (rows, dn_groups, dn_warps) = gate_up, down
+    config = {
+        "gate_up_config": {"BLOCK_PAIRS": pairs, "GROUPS_PER_STEP": gu_groups, "SPLIT_K": 1,
+                           "num_warps": gu_warps},
+        "down_config": {"BLOCK_ROWS": rows, "GROUPS_PER_STEP": dn_groups, "SPLIT_K": 1,
+                        "num_warps": dn_warps},
+    }  # fmt: skip
+    out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+
+
 def test_fp16_route_scales_x_into_range(moe):
     """x_h = x * 2^e per token with max |x_h| in [2^14, 2^15), as pair planes (plane p, word q:
     x[8q + p], x[8q + p + 4]); zero rows stay finite."""
