@@ -320,6 +320,10 @@ def _route_kernel(
     expert = tl.arange(0, E_P2)
     pdl.wait(PDL)
     pdl.launch_dependents(PDL)
+    ONE_PASS: tl.constexpr = X_LAYOUT == 3 and BLOCK_H >= H
+    if ONE_PASS:  # the whole row in registers, loaded beside the logits (decode: one trip to L2)
+        k_row = tl.arange(0, BLOCK_H)
+        x_row = tl.load(x_ptr + token * H + k_row, mask=k_row < H, other=0.0).to(tl.float32)
     logits = tl.load(
         logits_ptr + token * logits_row_stride + expert, mask=expert < E, other=float("-inf")
     ).to(tl.float32)
@@ -354,22 +358,32 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * HP + _v2_position(k, V2_GROUPS), values, mask=k < H)
+    elif ONE_PASS:
+        scale = _fp16_row_scale(tl.max(tl.abs(x_row), axis=0), x_unscale_ptr + token)
+        scaled = (x_row * scale).to(tl.float16)
+        tl.store(x_out_ptr + token * H + _pair_plane_index(k_row, H), scaled, mask=k_row < H)
     elif X_LAYOUT == 3:
         amax = 0.0
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(values), axis=0))
-        # e = 14 - floor(log2(amax)), from amax's exponent bits; clamped for zero or tiny x
-        floor_log2 = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-        e = tl.minimum(tl.maximum(14 - floor_log2, -100), 100)
-        tl.store(x_unscale_ptr + token, ((127 - e) << 23).to(tl.float32, bitcast=True))
-        scale = ((127 + e) << 23).to(tl.float32, bitcast=True)
+        scale = _fp16_row_scale(amax, x_unscale_ptr + token)
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             scaled = (values * scale).to(tl.float16)
             tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
+
+
+@triton.jit
+def _fp16_row_scale(amax, x_unscale_ptr):
+    """2^e with max |x| * 2^e in [2^14, 2^15); stores 2^-e at x_unscale_ptr."""
+    # e = 14 - floor(log2(amax)), from amax's exponent bits; clamped for zero or tiny x
+    floor_log2 = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.minimum(tl.maximum(14 - floor_log2, -100), 100)
+    tl.store(x_unscale_ptr, ((127 - e) << 23).to(tl.float32, bitcast=True))
+    return ((127 + e) << 23).to(tl.float32, bitcast=True)
 
 
 def route(
@@ -432,12 +446,19 @@ def _route(
         K_P2=triton.next_power_of_2(top_k),
         H=hidden,
         X_LAYOUT=0 if x is None else _X_LAYOUTS[x_layout],
-        BLOCK_H=min(1024, triton.next_power_of_2(hidden)),
+        BLOCK_H=_route_block(hidden, x_layout if x is not None else None),
         V2_GROUPS=v2_groups,
-        num_warps=4,
+        num_warps=4 if x_layout != "fp16" else 8,
         **pdl.launch_options(router_logits.device),
     )
     return ids, weights, x_out, x_unscale
+
+
+def _route_block(hidden: int, x_layout: str | None) -> int:
+    """Columns of x per pass: the fp16 layout takes a row (up to 8192) in one pass (decode)."""
+    if x_layout == "fp16" and hidden <= 8192:
+        return triton.next_power_of_2(hidden)
+    return min(1024, triton.next_power_of_2(hidden))
 
 
 def route_reference(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -182,9 +182,12 @@ def test_fp16_decode_few_rows_long_steps(moe, gate_up, down):
     assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
 
 
-def test_fp16_route_scales_x_into_range(moe):
+@pytest.mark.parametrize("passes", [1, 2])
+def test_fp16_route_scales_x_into_range(moe, monkeypatch, passes):
     """x_h = x * 2^e per token with max |x_h| in [2^14, 2^15), as pair planes (plane p, word q:
-    x[8q + p], x[8q + p + 4]); zero rows stay finite."""
+    x[8q + p], x[8q + p + 4]); zero rows stay finite. Rows in one pass (decode) or in blocks."""
+    if passes == 2:
+        monkeypatch.setattr(moe, "_route_block", lambda hidden, layout: hidden // 2)
     x, logits = _inputs(3, 32, 4, seed=60)
     x[1] *= 1e-3
     x[2] = 0.0
