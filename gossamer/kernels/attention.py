@@ -6,8 +6,10 @@ One kernel, two launch shapes:
 - decode (metadata.max_query_len <= DECODE_MAX_QUERY_LEN, so plain decode and speculative verify):
   flash-decoding. Grid (query tiles, kv heads x splits, seqs): the visible keys of a sequence are cut
   into `num_splits` contiguous chunks, each program runs an fp32 online softmax over its chunk and
-  writes a partial (m, l, acc); `_merge_splits_kernel` merges the chunks and folds in the sink.
-  With one split the attention kernel writes the final output itself (no second launch).
+  writes a partial (m, l, acc). The chunks are merged and the sink folded in by the last program of
+  the tile to arrive, found with an atomic counter (MERGE: no second launch, like gemv.py's "last"
+  split-K fix-up), or else by `_merge_splits_kernel`. With one split the attention kernel writes
+  the final output itself.
 - prefill (any larger max_query_len, so chunked prefill, prefix hits and mixed batches): the same
   kernel with bigger query tiles and one split.
 
@@ -56,6 +58,17 @@ DECODE_MAX_QUERY_LEN = 8
 MAX_SPLITS = 64
 # Decode launches split keys until about this many programs per SM exist (latency hiding at batch 1).
 PROGRAMS_PER_SM = 4
+# Split launches merge their partials in the attention kernel (the tile's last program) instead of
+# a second launch (issue #8: the merge kernel cost 1.26 us per layer plus a launch gap on the H200).
+# A switch for A/B measurements.
+MERGE_IN_KERNEL = True
+# (query tile, kv head, seq) triples the in-kernel merge can count; a launch of more uses the kernel.
+COUNTER_SLOTS = 16384
+# Rows x splits of partials the in-kernel merge loads at once ([rows, splits, HEAD_DIM] fp32). Up to
+# MERGE_UNROLL rows x splits in all its chunks are unrolled, so that their loads overlap; beyond, a
+# loop (sm_90, triton 3.6: BLOCK_M 64 x 64 splits unrolled spills, smaller tiles use <= 230 regs).
+MERGE_CHUNK = tl.constexpr(128)
+MERGE_UNROLL = tl.constexpr(2048)
 DECODE_BLOCK_N = 64  # keys per loop iteration (64 keys x 64 dims x 2 bytes = 8 KB of K, 8 KB of V)
 PREFILL_BLOCK_N = 64
 PREFILL_ROWS = 128  # query rows (tokens x GQA heads) per prefill tile
@@ -88,6 +101,7 @@ def _paged_attention_kernel(
     part_max_ptr,  # [T, Hq, num_splits] fp32: written when SPLIT (log2 units)
     part_sum_ptr,  # [T, Hq, num_splits] fp32
     part_acc_ptr,  # [T, Hq, num_splits, D] fp32
+    counter_ptr,  # [COUNTER_SLOTS] int32 arrivals per (query tile, kv head, seq): read when MERGE
     scale_log2,  # softmax scale * log2(e)
     window,  # sliding window (used when SLIDING)
     num_splits,
@@ -108,6 +122,8 @@ def _paged_attention_kernel(
     BLOCK_N: tl.constexpr,  # keys per iteration
     SLIDING: tl.constexpr,
     SPLIT: tl.constexpr,
+    MERGE: tl.constexpr,  # SPLIT and the tile's last program merges the splits
+    SPLITS_P2: tl.constexpr,  # next_power_of_2(num_splits) when MERGE, else 1
     TREE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     PDL: tl.constexpr,
@@ -209,22 +225,104 @@ def _paged_attention_kernel(
         row_max = new_max
 
     token = q_begin + row_token
+    out_ptrs = (
+        out_ptr
+        + token[:, None] * stride_o_tok
+        + row_head[:, None] * stride_o_head
+        + offs_d[None, :]
+    )
     if SPLIT:
-        part = (token * num_q_heads + row_head) * num_splits + split  # [BLOCK_M]
+        row_parts = (token * num_q_heads + row_head) * num_splits  # [BLOCK_M]: split 0's partial
+        part = row_parts + split
         tl.store(part_max_ptr + part, row_max, mask=row_valid)
         tl.store(part_sum_ptr + part, row_sum, mask=row_valid)
         acc_ptrs = part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(acc_ptrs, acc, mask=row_valid[:, None])
+        if MERGE:
+            # NOTE: the barrier orders every thread's partial stores before the (release) arrival;
+            # the program that sees all others arrived (acquire) merges the splits in order 0, 1, ..
+            # so the result does not depend on which one came last (see gemv.py `_finish`).
+            tl.debug_barrier()
+            slot = (seq * (tl.num_programs(1) // num_splits) + kv_head) * tl.num_programs(0)
+            slot += q_tile
+            arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
+            if arrived == num_splits - 1:
+                out = _merge_rows(part_max_ptr, part_sum_ptr, part_acc_ptr, row_parts, row_valid,
+                                  sink, num_splits, BLOCK_M, HEAD_DIM, SPLITS_P2)  # fmt: skip
+                tl.store(counter_ptr + slot, 0)  # ready for the next launch (graph replays too)
+                tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
     else:
         denominator = row_sum + tl.exp2(sink - row_max)
         out = acc / denominator[:, None]
-        out_ptrs = (
-            out_ptr
-            + token[:, None] * stride_o_tok
-            + row_head[:, None] * stride_o_head
-            + offs_d[None, :]
-        )
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+
+
+@triton.jit
+def _merge_rows(
+    part_max_ptr,
+    part_sum_ptr,
+    part_acc_ptr,
+    row_parts,  # [BLOCK_M] index of each row's split 0 in the partials
+    row_valid,  # [BLOCK_M]
+    sink,  # [BLOCK_M] log2 units
+    num_splits,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
+):
+    """The output rows [BLOCK_M, HEAD_DIM] fp32 from all splits' partials: `_merge_splits_kernel`'s
+    math for a tile's rows at once. Loads bypass L1 (.cg): other programs wrote the partials."""
+    splits = tl.arange(0, SPLITS_P2)
+    in_parts = row_valid[:, None] & (splits[None, :] < num_splits)  # padding splits: -inf, 0
+    part_max = tl.load(part_max_ptr + row_parts[:, None] + splits[None, :], mask=in_parts,
+                       other=float("-inf"), cache_modifier=".cg")  # fmt: skip
+    # Every split started from the sink, so each part_max >= sink: the max is finite.
+    total_max = tl.maximum(tl.max(part_max, axis=1), sink)  # [BLOCK_M]
+    CHUNK: tl.constexpr = MERGE_CHUNK // BLOCK_M if SPLITS_P2 * BLOCK_M > MERGE_CHUNK else SPLITS_P2
+    numerator = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    denominator = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if BLOCK_M * SPLITS_P2 <= MERGE_UNROLL:
+        for first in tl.static_range(0, SPLITS_P2, CHUNK):  # unrolled: the chunks' loads overlap
+            numerator, denominator = _merge_chunk(
+                numerator, denominator, part_max_ptr, part_sum_ptr, part_acc_ptr, row_parts,
+                row_valid, total_max, first, num_splits, HEAD_DIM, CHUNK)  # fmt: skip
+    else:
+        for first in range(0, num_splits, CHUNK):
+            numerator, denominator = _merge_chunk(
+                numerator, denominator, part_max_ptr, part_sum_ptr, part_acc_ptr, row_parts,
+                row_valid, total_max, first, num_splits, HEAD_DIM, CHUNK)  # fmt: skip
+    denominator += tl.exp2(sink - total_max)  # the sink's own mass, once
+    return numerator / denominator[:, None]
+
+
+@triton.jit
+def _merge_chunk(
+    numerator,  # [BLOCK_M, HEAD_DIM]
+    denominator,  # [BLOCK_M]
+    part_max_ptr,
+    part_sum_ptr,
+    part_acc_ptr,
+    row_parts,
+    row_valid,
+    total_max,  # [BLOCK_M]
+    first,  # the chunk's first split
+    num_splits,
+    HEAD_DIM: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """Adds splits [first, first + CHUNK) of every row, weighted by exp2(part_max - total_max)."""
+    chunk = first + tl.arange(0, CHUNK)
+    parts = row_parts[:, None] + chunk[None, :]  # [BLOCK_M, CHUNK]
+    in_chunk = row_valid[:, None] & (chunk[None, :] < num_splits)
+    chunk_max = tl.load(part_max_ptr + parts, mask=in_chunk, other=float("-inf"),
+                        cache_modifier=".cg")  # fmt: skip
+    chunk_sum = tl.load(part_sum_ptr + parts, mask=in_chunk, other=0.0, cache_modifier=".cg")
+    acc_ptrs = part_acc_ptr + parts[:, :, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, None, :]
+    chunk_acc = tl.load(acc_ptrs, mask=in_chunk[:, :, None], other=0.0, cache_modifier=".cg")
+    weight = tl.exp2(chunk_max - total_max[:, None])  # [BLOCK_M, CHUNK]; 0 for padding splits
+    numerator += tl.sum(chunk_acc * weight[:, :, None], axis=1)
+    denominator += tl.sum(chunk_sum * weight, axis=1)
+    return numerator, denominator
 
 
 @triton.jit
@@ -398,6 +496,7 @@ def paged_attention(
         part_max = part_sum = part_acc = out  # unused when not SPLIT
 
     grid = (triton.cdiv(max(max_query_len, 1), block_q), num_kv_heads * num_splits, num_seqs)
+    merge = split and _merge_in_kernel(grid[0] * num_kv_heads * num_seqs, q.device)
     _paged_attention_kernel[grid](
         q,
         k_cache,
@@ -411,6 +510,7 @@ def paged_attention(
         part_max,
         part_sum,
         part_acc,
+        _counters(q.device) if merge else seq_lens,  # not read without MERGE
         scale * LOG2E,
         sliding_window or 0,
         num_splits,
@@ -431,13 +531,15 @@ def paged_attention(
         BLOCK_N=block_n,
         SLIDING=sliding_window is not None,
         SPLIT=split,
+        MERGE=merge,
+        SPLITS_P2=triton.next_power_of_2(num_splits) if merge else 1,
         TREE=tree_mask is not None,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=4 if decode else 8,
         num_stages=3 if decode else 2,
         **pdl.launch_options(q.device),
     )
-    if split:
+    if split and not merge:
         _merge_splits_kernel[(num_tokens, num_q_heads)](
             part_max,
             part_sum,
@@ -454,6 +556,27 @@ def paged_attention(
             **pdl.launch_options(q.device),
         )
     return out
+
+
+def _merge_in_kernel(tiles: int, device: torch.device) -> bool:
+    """Whether a split launch of `tiles` (query tile, kv head, seq) triples merges in the kernel."""
+    if not MERGE_IN_KERNEL or tiles > COUNTER_SLOTS:
+        return False
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    # NOTE: zeroing a new counter buffer during capture would only be recorded, not done
+    return not capturing or device in _COUNTERS
+
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counters(device: torch.device) -> torch.Tensor:
+    """[COUNTER_SLOTS] int32 arrivals per tile, zero between launches: a tile's merging program
+    resets its slot. NOTE: shared by every launch on the device, so two split launches must not
+    run at once on different streams."""
+    if device not in _COUNTERS:
+        _COUNTERS[device] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return _COUNTERS[device]
 
 
 def write_kv(

@@ -16,6 +16,7 @@ from types import ModuleType
 
 import pytest
 import torch
+import triton.language as tl
 
 from gossamer.ops.base import FULL_GROUP, SLIDING_GROUP, AttentionMetadata
 from gossamer.ops.torch_ref import TorchOps
@@ -244,6 +245,109 @@ def test_fp16_head_dim_32_block_32(kernels: ModuleType) -> None:
     )
 
 
+class LaunchSpy:
+    """Stands in for a Triton kernel and counts its launches (`kernel[grid](...)`)."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.fixture
+def merge_spy(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> LaunchSpy:
+    spy = LaunchSpy(kernels._merge_splits_kernel)
+    monkeypatch.setattr(kernels, "_merge_splits_kernel", spy)
+    return spy
+
+
+# (seqs, options of make_batch, launch knobs): empty splits (more splits than iterations), mixed
+# lengths, a sliding window past null blocks, dominant sinks, several query tiles per sequence.
+IN_KERNEL_MERGES = {
+    "empty_splits": ([(1, 5), (1, 2)], {}, dict(num_splits=8, block_n=16)),
+    "eight_full_splits": ([(1, 128), (1, 7)], {}, dict(num_splits=8, block_n=16)),
+    "mixed_lengths": ([(1, 1), (1, 37), (1, 17)], {}, dict(num_splits=3, block_n=16)),
+    "sliding": ([(1, 30), (1, 3)], dict(sliding_window=8), dict(num_splits=2, block_n=16)),
+    "dominant_sinks": ([(1, 11), (5, 14)], dict(sink_scale=30.0), dict(num_splits=2, block_n=16)),
+    "query_tiles": (
+        [(3, 20), (1, 9), (4, 4)],
+        dict(sliding_window=6),
+        dict(num_splits=3, block_n=16, block_q=2),
+    ),
+    "fp16": (
+        [(1, 70), (1, 33)],
+        dict(dtype=torch.float16, head_dim=32, block_size=32),
+        dict(num_splits=4, block_n=16),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", IN_KERNEL_MERGES.values(), ids=IN_KERNEL_MERGES.keys())
+def test_in_kernel_merge_matches_reference_and_merge_kernel(kernels, merge_spy, monkeypatch, case):
+    seqs, options, launch = case
+    batch = make_batch(seqs, **options)
+    tol = dict(atol=3e-3, rtol=3e-3) if batch.q.dtype == torch.float16 else {}
+    first = run_tuned(kernels, batch, **launch)
+    assert merge_spy.launches == 0  # the attention kernel merged
+    assert_matches(first, batch, **tol)
+    assert not kernels._counters(batch.q.device).any()  # every tile reset its counter
+    # Again (as a graph replay would): the counters start from zero, the same bits come out.
+    assert torch.equal(run_tuned(kernels, batch, **launch), first)
+    monkeypatch.setattr(kernels, "MERGE_IN_KERNEL", False)
+    fallback = run_tuned(kernels, batch, **launch)
+    assert merge_spy.launches == 1
+    assert_matches(fallback, batch, **tol)
+    torch.testing.assert_close(fallback, first, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("unroll", [True, False], ids=["unrolled", "loop"])
+@pytest.mark.parametrize("case", ["eight_full_splits", "mixed_lengths"])
+def test_in_kernel_merge_in_chunks(kernels, monkeypatch, case, unroll) -> None:
+    """Two splits a chunk (rows x splits 32): 8 splits with keys in 4 chunks, 3 in 2 (a padding
+    split in the second), through the unrolled chunks and through the loop."""
+    seqs, options, launch = IN_KERNEL_MERGES[case]
+    batch = make_batch(seqs, **options)
+    whole = run_tuned(kernels, batch, **launch)
+    monkeypatch.setattr(kernels, "MERGE_CHUNK", tl.constexpr(32))
+    monkeypatch.setattr(kernels, "MERGE_UNROLL", tl.constexpr(2048 if unroll else 0))
+    chunked = run_tuned(kernels, batch, **launch)
+    assert_matches(chunked, batch)
+    torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
+
+
+def test_every_tile_counts_its_splits_in_its_own_slot(kernels, monkeypatch) -> None:
+    """The interpreter runs the query tiles and kv heads one after another, so shared counter slots
+    would still merge right there: count the arrivals instead, with counters that never reach a
+    merge. Every (query tile, kv head, seq) with rows gets num_splits arrivals in its own slot."""
+    batch = make_batch([(3, 20), (1, 9), (4, 4)])  # query tiles of 2: 2, 1 and 2 with rows
+    device = batch.q.device
+    start = -1000
+    counters = torch.full((kernels.COUNTER_SLOTS,), start, dtype=torch.int32)
+    monkeypatch.setitem(kernels._COUNTERS, device, counters)
+    run_tuned(kernels, batch, num_splits=3, block_n=16, block_q=2)
+    arrivals = counters - start
+    num_kv_heads = batch.kv_cache.shape[3]
+    assert sorted(arrivals[arrivals != 0].tolist()) == [3] * (2 + 1 + 2) * num_kv_heads
+
+
+def test_merge_kernel_when_counter_slots_run_out(kernels, merge_spy, monkeypatch) -> None:
+    batch = make_batch([(1, 21), (1, 3)])  # 2 kv heads x 2 seqs = 4 tiles
+    monkeypatch.setattr(kernels, "COUNTER_SLOTS", 3)
+    assert_matches(run_tuned(kernels, batch, num_splits=2, block_n=16), batch)
+    assert merge_spy.launches == 1
+    monkeypatch.setattr(kernels, "COUNTER_SLOTS", 4)
+    assert_matches(run_tuned(kernels, batch, num_splits=2, block_n=16), batch)
+    assert merge_spy.launches == 1
+
+
+def test_one_split_launches_no_merge(kernels, merge_spy) -> None:
+    batch = make_batch([(1, 21), (2, 3)])
+    assert_matches(run_tuned(kernels, batch, num_splits=1, block_n=16), batch)
+    assert merge_spy.launches == 0
+
+
 def with_trees(batch: Batch, trees: dict[int, tuple[int, ...]]) -> Batch:
     """Mark sequences of the batch as tree steps: sequence s gets the ancestor masks of the tree
     whose parents are trees[s] (its query length must be 1 + the tree's nodes)."""
@@ -423,6 +527,46 @@ def test_gpu_decode_replays_in_cuda_graph_with_new_lengths(sliding_window) -> No
     graph.replay()
     torch.cuda.synchronize()
     _assert_gpu_matches(out, batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+def test_gpu_in_kernel_merge_replays_in_cuda_graph(sliding_window, monkeypatch) -> None:
+    """Split launches merged in the kernel, replayed many times: the counters start from zero at
+    every replay, so each replay gives the same bits; the merge kernel path (MERGE_IN_KERNEL off, or
+    a capture before any counter buffer exists) gives the same result."""
+    from gossamer.kernels import attention as kernels
+
+    spy = LaunchSpy(kernels._merge_splits_kernel)
+    monkeypatch.setattr(kernels, "_merge_splits_kernel", spy)
+    seqs = [(1, 8192), (2, 1000), (1, 37), (4, 4097)]  # query tiles of 4; 16 splits (2 sliding)
+    batch = _gpu_batch(seqs, sliding_window, seed=4)
+    batch.metadata.max_seq_len = 8192
+    eager = run_op(kernels, batch)  # compiles outside the capture
+    assert spy.launches == 0
+    _assert_gpu_matches(eager, batch)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run_op(kernels, batch)
+    for _ in range(5):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+    assert not kernels._counters(batch.q.device).any()
+
+    monkeypatch.setattr(kernels, "MERGE_IN_KERNEL", False)
+    fallback = run_op(kernels, batch)
+    assert spy.launches == 1
+    torch.testing.assert_close(fallback, eager, atol=1e-2, rtol=1e-2)
+    monkeypatch.setattr(kernels, "MERGE_IN_KERNEL", True)
+    monkeypatch.setattr(kernels, "_COUNTERS", {})  # no buffer yet: the capture cannot zero one
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run_op(kernels, batch)
+    assert spy.launches == 2 and not kernels._COUNTERS
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fallback)
 
 
 @pytest.mark.gpu
