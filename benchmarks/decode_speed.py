@@ -249,6 +249,12 @@ def main() -> None:
         help="programmatic dependent launch of the Triton kernels (gossamer/kernels/pdl.py)",
     )
     parser.add_argument(
+        "--attention-merge",
+        choices=("default", "in-kernel", "separate"),
+        default="default",
+        help="flash-decoding splits merged by the attention kernel or a second launch",
+    )
+    parser.add_argument(
         "--gemv-prefetch",
         type=int,
         default=None,
@@ -259,7 +265,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     tuned = apply_tuning(args)
-    from gossamer.kernels import gemv, moe_mxfp4, pdl
+    from gossamer.kernels import attention, gemv, moe_mxfp4, pdl
 
     if args.moe_decode != "default":
         moe_mxfp4.DECODE_FP16 = args.moe_decode == "fp16"
@@ -271,6 +277,8 @@ def main() -> None:
         moe_mxfp4.GROUPED_V2 = args.grouped == "v2"
     if args.pdl != "default":
         pdl.ENABLED = args.pdl == "on"
+    if args.attention_merge != "default":
+        attention.MERGE_IN_KERNEL = args.attention_merge == "in-kernel"
     if args.gemv_prefetch is not None:
         gemv.CONFIGS = {k: replace(c, prefetch=args.gemv_prefetch) for k, c in gemv.CONFIGS.items()}
     args.contexts = [int(c) for c in args.contexts.split(",")]

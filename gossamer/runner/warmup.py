@@ -10,8 +10,8 @@ persistent buffers; what changes from step to step is:
   verification, short prefill tails after a prefix hit) has BLOCK_Q = next_power_of_2(max_query_len)
   (1, 2, 4, 8) and SPLIT = num_splits > 1. num_splits is a power of two up to MAX_SPLITS, set by the
   visible keys (cdiv(keys, DECODE_BLOCK_N) at most) and the batch; it is also an integer argument
-  (1, a multiple of 16, or neither) and the merge kernel's SPLITS_P2. The prefill launch has one
-  key. SLIDING is per layer (every forward runs both kinds); TREE only in tree speculation, which
+  (1, a multiple of 16, or neither) and the in-kernel merge's SPLITS_P2 (or the merge kernel's,
+  when that runs). The prefill launch has one key. SLIDING is per layer (every forward runs both kinds); TREE only in tree speculation, which
   this warm-up does not cover.
 * MoE (kernels/moe_mxfp4.py): the GEMV path up to a pair limit, then the grouped path, whose
   BLOCK_M grows with the mean pairs per expert.

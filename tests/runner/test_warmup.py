@@ -270,7 +270,7 @@ def test_decode_attention_buckets_with_and_without_splits(recorded):
         and not launch.constexpr("SLIDING")
     }
     assert split_classes == {(q, div16) for q in (1, 2, 4, 8) for div16 in (False, True)}
-    merges = constexprs(recorded.warm, "_merge_splits_kernel", "SPLITS_P2")
+    merges = constexprs(recorded.warm, ATTENTION, "SPLITS_P2", MERGE=True)  # merged in-kernel
     assert merges == {(2,), (4,), (8,), (16,), (32,), (64,)}
 
 
