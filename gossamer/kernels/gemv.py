@@ -39,8 +39,9 @@ from gossamer.kernels import pdl
 # Largest M served by the Triton kernels; above it, cuBLAS. Measured on the H200 (2026-12-02,
 # benchmarks/gemv_sweep.py): with the configs below they beat cuBLAS on QKV, O and the router at
 # M = 1 and 4 (O 8.9 vs 11.4 us, router 3.5 vs 6.2 us, QKV 10.2 vs 10.5 us at M = 1) but not on
-# QKV at M = 8 (10.75 vs 10.46 us).
-GEMV_MAX_M = 4
+# QKV at M = 8 (10.75 vs 10.46 us). The third session's sweep (with PDL) measured M = 8 faster too:
+# QKV 10.33 vs 10.52 us, O 8.84 vs 11.51, router 2.63 vs 6.28 (a 1 + 7 verification step).
+GEMV_MAX_M = 8
 MAX_ROWS = 16  # most x rows one call serves (the MMA column tile grows to 16)
 MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
 COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
@@ -74,6 +75,11 @@ CONFIGS: dict[str, GemvConfig] = {
     "narrow": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=1),
     # QKV, O and the like: narrow row blocks, split so that every SM holds about 8 programs
     "medium": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
+    # QKV-like (more outputs than inputs) at M == 1: the FMA kernel's 4 rows x 1 KB steps (sweep,
+    # 2026-12-02, third session: QKV 9.03 us against 10.03 for "medium"; O stays on "medium",
+    # 8.37 us against 10.38)
+    "tall_m1": GemvConfig(kernel="fma", block_n=4, block_k=512, num_warps=2, programs_per_sm=8),
+    "tall": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
 }
@@ -81,7 +87,7 @@ CONFIGS: dict[str, GemvConfig] = {
 
 # Shape classes `linear` sends to Triton: cuBLAS already streams the unembedding at the copy
 # bandwidth (kernels_small.py: 266.9 us on the H200), so "huge" stays there unless measured faster.
-TRITON_CLASSES = ("narrow", "medium")
+TRITON_CLASSES = ("narrow", "medium", "tall")
 
 
 def shape_class(out_features: int, in_features: int) -> str:
@@ -89,7 +95,7 @@ def shape_class(out_features: int, in_features: int) -> str:
         return "narrow"
     if out_features * in_features >= (1 << 27):
         return "huge"
-    return "medium"
+    return "tall" if out_features > in_features else "medium"
 
 
 def default_config(num_tokens: int, out_features: int, in_features: int) -> GemvConfig:

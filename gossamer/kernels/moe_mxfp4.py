@@ -77,8 +77,11 @@ DECODE_DOWN = {"BLOCK_ROWS": 4, "GROUPS_PER_STEP": 16, "num_warps": 2}
 # MoE layer in 33.0 us against 53.6 us for the fp32 GEMV (floor 12.5 us); 120b batch-1 decode
 # 3.30 ms per step against 4.01 ms. The configs are the sweep's best.
 DECODE_FP16 = True
-DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 8, "SPLIT_K": 1, "num_warps": 2}
-DECODE_FP16_DOWN = {"BLOCK_ROWS": 4, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
+# Third session's sweep (benchmarks/moe_decode_sweep.py, H200, with PDL): gate_up 16 pairs x 16
+# groups on 4 warps, down one row (x 4 experts) x 16 groups on 1 warp: 28.6 us per T=1 layer
+# against 33.4 for the second session's configs (gate_up 16 x 8 on 2 warps, down 4 x 16 on 4).
+DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
+DECODE_FP16_DOWN = {"BLOCK_ROWS": 1, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 1}
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
 GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
 # Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
