@@ -129,7 +129,6 @@ def _paged_attention_kernel(
     PDL: tl.constexpr,
 ):
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     # Later query tiles see more keys: start them first.
     q_tile = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1) // num_splits
@@ -343,7 +342,6 @@ def _merge_splits_kernel(
     token = tl.program_id(0)
     head = tl.program_id(1)
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     splits = tl.arange(0, SPLITS_P2)
     split_valid = splits < num_splits
     part = (token * num_q_heads + head) * num_splits + splits  # [SPLITS_P2]

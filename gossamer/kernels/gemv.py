@@ -300,7 +300,6 @@ def _gemv_dot_kernel(
         for tile in tl.static_range(PREFETCH):
             _prefetch_l2(w_ptr + rows * stride_w + k_begin, tile * BLOCK_K, k_len, BLOCK_K)
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     for offset in range(0, k_len, BLOCK_K):
         if EVEN_K:
@@ -358,7 +357,6 @@ def _gemv_fma_kernel(
     acc = tl.zeros([BLOCK_K // VEC, BLOCK_N, VEC], tl.float32)
     w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)  # weights: before the wait
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     x_next = _load_columns(x_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K).to(tl.float32)
     for offset in range(0, k_len, BLOCK_K):
         w, x = w_next, x_next
@@ -458,7 +456,6 @@ def _reduce_splits_kernel(
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     acc = tl.full([BLOCK], 0.0, tl.float32)
     for split in tl.static_range(NUM_SPLITS):  # unrolled: all loads in flight at once
         acc += tl.load(partial_ptr + (split * M + token) * N + cols, mask=mask, other=0.0)

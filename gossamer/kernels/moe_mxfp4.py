@@ -322,7 +322,6 @@ def _route_kernel(
     token = tl.program_id(0)
     expert = tl.arange(0, E_P2)
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     ONE_PASS: tl.constexpr = X_LAYOUT == 3 and BLOCK_H >= H
     if ONE_PASS:  # the whole row in registers, loaded beside the logits (decode: one trip to L2)
         k_row = tl.arange(0, BLOCK_H)
@@ -839,7 +838,6 @@ def _fp16_gate_up_kernel(
     g_hi = (pid_k + 1) * G // SPLIT_K
     token = pair // TOP_K
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     expert = tl.load(ids_ptr + pair).to(tl.int64)
 
     j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
@@ -952,7 +950,6 @@ def _fp16_swiglu_kernel(
     pair = tl.program_id(1)
     num_pairs = tl.num_programs(1)
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     expert = tl.load(ids_ptr + pair).to(tl.int64)
     j = pid_n * BLOCK + tl.arange(0, BLOCK)
     j_ok = j < INTER
@@ -1032,7 +1029,6 @@ def _fp16_down_kernel(
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
     pdl.wait(PDL)  # the activations come from gate_up
-    pdl.launch_dependents(PDL)
     if NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
         next_words = tl.load(w_ptrs, mask=w_mask)
@@ -1087,7 +1083,6 @@ def _split_sum_kernel(
 ):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     ok = offs < N
     total = tl.zeros([BLOCK], tl.float32)
     for k in tl.static_range(SPLIT_K):

@@ -41,7 +41,6 @@ def _rms_norm_kernel(
     mask = cols < hidden_size
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # before the wait
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         residual = tl.load(residual_ptr + row * stride_residual + cols, mask=mask, other=0.0)

@@ -4,10 +4,10 @@ A batch-1 decode step of gpt-oss-120b is about 400 kernels, most of them a few m
 (benchmarks/step_profile.py, 2026-12-02: norms 2.0 us, routing 3.3 us, RoPE 2.3 us). Each pays its
 launch and the first trip to memory before doing work. With PDL (sm_90+), a kernel launched with
 `launch_pdl=True` may be scheduled while its predecessor still runs; it must then execute
-`griddepcontrol.wait` (`wait` below) before it touches memory the predecessor writes, and it signals
-with `griddepcontrol.launch_dependents` (`launch_dependents`) that its own successor may be
-scheduled. What a kernel does before its wait (compute addresses, read weights, which no kernel
-writes) overlaps the predecessor.
+`griddepcontrol.wait` before it touches memory the predecessor writes, and it signals with
+`griddepcontrol.launch_dependents` that its own successor may be scheduled. `wait` below does
+both, in that order. What a kernel does before its wait (compute addresses, read weights, which
+no kernel writes) overlaps the predecessor.
 
 The contract every PDL kernel here keeps: no load of activations, caches or metadata and no store
 of any kind before `wait`. Then each kernel's predecessor has finished before it reads or writes,
@@ -52,16 +52,11 @@ def launch_options(device: torch.device) -> dict:
 
 @triton.jit
 def wait(PDL: tl.constexpr):
-    """Block until the previous kernel in the stream has finished and its writes are visible."""
+    """Block until the previous kernel in the stream has finished and its writes are visible, then
+    let the next kernel be scheduled (it starts once every program of this one got here, and then
+    waits in its own `wait` for this kernel to finish)."""
     if PDL:
         gdc_wait()
-
-
-@triton.jit
-def launch_dependents(PDL: tl.constexpr):
-    """Allow the next kernel to be scheduled once every program of this one has called this (its
-    programs then wait in `wait` for this kernel to finish)."""
-    if PDL:
         gdc_launch_dependents()
 
 

@@ -92,7 +92,6 @@ def _rope_kv_kernel(
 ):
     token = tl.program_id(0).to(tl.int64)
     pdl.wait(PDL)
-    pdl.launch_dependents(PDL)
     if ROTATE:
         position = tl.load(positions_ptr + token).to(tl.int64)
         dims = tl.arange(0, HALF)[None, :]
