@@ -193,11 +193,13 @@ def transformers_decode(steps: int = 16) -> dict:
 
 def apply_tuning(args: argparse.Namespace) -> dict:
     """Configs from this run's sweeps (benchmarks/tuning.py), printed and kept in the JSON."""
-    from tuning import apply_gemv_sweep, apply_moe_sweep
+    from tuning import apply_gemv_sweep, apply_grouped_sweep, apply_moe_sweep
 
     tuned = {}
     if args.moe_sweep:
         tuned["moe"] = apply_moe_sweep(args.moe_sweep)
+    if args.grouped_sweep:
+        tuned["grouped"] = apply_grouped_sweep(args.grouped_sweep)
     if args.gemv_sweep:
         tuned["gemv"] = apply_gemv_sweep(args.gemv_sweep)
     if tuned:
@@ -261,6 +263,9 @@ def main() -> None:
         help="W tiles per program the Triton GEMV sends to L2 before its PDL wait",
     )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
+    parser.add_argument(
+        "--grouped-sweep", help="moe_grouped_sweep.py JSON: use its best grouped v2 configs"
+    )
     parser.add_argument("--gemv-sweep", help="gemv_sweep.py JSON: use its best configs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

@@ -3,7 +3,8 @@
     from tuning import apply_moe_sweep, apply_gemv_sweep
 
 `apply_moe_sweep(path)` reads benchmarks/moe_decode_sweep.py's JSON and sets the packed-fp16 MoE
-GEMV's configs to its best point; `apply_gemv_sweep(path)` reads benchmarks/gemv_sweep.py's JSON,
+GEMV's configs to its best point; `apply_grouped_sweep(path)` does the same for the grouped v2
+kernels from benchmarks/moe_grouped_sweep.py; `apply_gemv_sweep(path)` reads gemv_sweep.py's JSON,
 picks per shape class (and separately for M = 1) the config with the least total time over that
 class's shapes, and sets `gemv.GEMV_MAX_M` to the largest M up to which the Triton GEMV beat cuBLAS
 on every shape. Both return what they set, for the record. The defaults in the source are then
@@ -26,6 +27,14 @@ def apply_moe_sweep(path: str) -> dict:
     best = next(r for r in rows if r["kernel"] == "best")["config"]
     moe_mxfp4.DECODE_FP16_GATE_UP = dict(best["gate_up"])
     moe_mxfp4.DECODE_FP16_DOWN = dict(best["down"])
+    return best
+
+
+def apply_grouped_sweep(path: str) -> dict:
+    """benchmarks/moe_grouped_sweep.py's best configs -> the grouped v2 defaults."""
+    best = json.loads(Path(path).read_text())["best"]
+    moe_mxfp4.GROUPED_V2_GATE_UP = dict(best["gate_up"])
+    moe_mxfp4.GROUPED_V2_DOWN = dict(best["down"])
     return best
 
 

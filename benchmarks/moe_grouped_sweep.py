@@ -1,0 +1,132 @@
+"""Sweep the grouped MoE v2 kernels' tile configs on gpt-oss-120b shapes (batches past the GEMV).
+
+    python benchmarks/moe_grouped_sweep.py [--tokens 64] [--confirm 256,1024] [--json PATH]
+
+One MoE layer (hidden 2880, intermediate 2880, 128 experts, top-4, bf16, random packed weights),
+timed as the model runs it: one CUDA graph of several back-to-back layer calls with different
+routings, replayed (kernels_moe.py's harness). First the gate_up config is swept with the down
+config at its default, then the down config with gate_up at its default, at `--tokens`; each row
+is the whole layer's time, so the differences are the swept kernel's. Then the best pair (and the
+defaults) run at each `--confirm` token count. Every config is checked once against the torch
+reference (norm-wise relative error < 1e-2). floor_us: the distinct experts' bytes over the
+device-to-device copy bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+
+import torch
+import triton
+from kernels_moe import ALPHA, LIMIT, TOP_K, check, floor_bytes, make_calls, make_experts
+from timing import copy_bandwidth, graph_seconds_per_call
+
+from gossamer.kernels import moe_mxfp4 as moe
+
+# (REP, GROUPS_PER_STEP) pairs whose tiles fit the register file (REP * GROUPS_PER_STEP <= 16:
+# offline sm_90 compiles of the larger ones use ~250 registers at REP 4 x 4 groups already).
+TILES = [(4, 4), (2, 4), (2, 8), (1, 4), (1, 8), (1, 16)]
+STAGES = [2, 3, 4]
+WARPS = [4, 8]
+
+
+def sweep_configs() -> list[dict]:
+    return [
+        {"REP": rep, "GROUPS_PER_STEP": groups, "NUM_STAGES": stages, "SCALE_PREFETCH": 1,
+         "num_warps": warps}
+        for (rep, groups), stages, warps in itertools.product(TILES, STAGES, WARPS)
+    ]  # fmt: skip
+
+
+def time_layer(experts, tokens: int, gate_up: dict, down: dict, bw: float) -> dict:
+    """One layer call with these configs: us per call, its floor, and the reference check."""
+
+    def fn(x, logits):
+        return moe.moe_mxfp4_grouped_v2(
+            x, logits, experts, TOP_K, LIMIT, ALPHA, gate_up_config=gate_up, down_config=down
+        )
+
+    calls = make_calls(tokens, 8 if tokens <= 64 else 2, seed=tokens)
+    ok, err = check(fn, experts, *calls[0])
+    seconds = graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in calls])
+    floor = statistics.mean(floor_bytes(logits)[0] for _, logits in calls) / bw
+    return {"tokens": tokens, "gate_up": gate_up, "down": down, "us": seconds * 1e6,
+            "floor_us": floor * 1e6, "pct_floor": 100 * floor / seconds, "ok": ok,
+            "rel_err": err}  # fmt: skip
+
+
+def _name(cfg: dict) -> str:
+    return "rep{REP} g{GROUPS_PER_STEP} s{NUM_STAGES} w{num_warps}".format(**cfg)
+
+
+def _print(row: dict, label: str) -> None:
+    print(f"T={row['tokens']:5d} {label:34s} {row['us']:9.1f} us  floor {row['floor_us']:7.1f}"
+          f"  {row['pct_floor']:5.1f}%  ok={row['ok']}", flush=True)  # fmt: skip
+
+
+def sweep(experts, tokens: int, which: str, bw: float) -> list[dict]:
+    rows = []
+    for cfg in sweep_configs():
+        gate_up = cfg if which == "gate_up" else moe.GROUPED_V2_GATE_UP
+        down = cfg if which == "down" else moe.GROUPED_V2_DOWN
+        try:
+            row = time_layer(experts, tokens, gate_up, down, bw)
+        except Exception as exc:  # noqa: BLE001 -- a config that fails to compile is a result
+            print(f"T={tokens} {which} {_name(cfg)} failed: {type(exc).__name__}: {exc}"[:300])
+            torch.cuda.synchronize()
+            continue
+        row["swept"] = which
+        _print(row, f"{which} {_name(cfg)}")
+        rows.append(row)
+    return rows
+
+
+def best(rows: list[dict], which: str) -> dict:
+    ok = [r for r in rows if r["swept"] == which and r["ok"]]
+    return min(ok, key=lambda r: r["us"])[which]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--confirm", default="256,1024")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    experts = make_experts()
+    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton "
+          f"{triton.__version__} copy {bw / 1e12:.2f} TB/s", flush=True)  # fmt: skip
+    default = time_layer(experts, args.tokens, moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN, bw)
+    _print(default, "defaults")
+    rows = sweep(experts, args.tokens, "gate_up", bw) + sweep(experts, args.tokens, "down", bw)
+    chosen = {"gate_up": best(rows, "gate_up"), "down": best(rows, "down")}
+    confirm = []
+    for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
+        for label, gu, dn in (
+            ("defaults", moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN),
+            ("best", chosen["gate_up"], chosen["down"]),
+        ):
+            row = time_layer(experts, tokens, gu, dn, bw) | {"label": label}
+            _print(row, f"{label}: {_name(gu)} / {_name(dn)}")
+            confirm.append(row)
+    result = {
+        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "python": platform.python_version(),
+        "copy_bandwidth_bytes_s": bw, "defaults": default, "sweep": rows, "best": chosen,
+        "confirm": confirm,
+    }  # fmt: skip
+    path = args.json or (os.path.join(os.environ["OUT"], "moe_grouped_sweep.json")
+                         if "OUT" in os.environ else None)  # fmt: skip
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
