@@ -152,6 +152,26 @@ class Ops(Protocol):
         Returns [T, Hq, D]."""
         ...
 
+    def rope_write_kv_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        metadata: AttentionMetadata,
+        group: int,
+        sinks: torch.Tensor,
+        scale: float,
+        sliding_window: int | None,
+    ) -> torch.Tensor:
+        """`rope_and_write_kv` then `attention` of the rotated q: un-rotated q, k, v in, the
+        attention output [T, Hq, D] out, the rotated k and v left in the cache. One op so that a
+        backend can do the rotation and the cache write inside its decode attention kernel."""
+        ...
+
     def moe(
         self,
         x: torch.Tensor,

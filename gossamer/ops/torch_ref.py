@@ -103,6 +103,24 @@ class TorchOps:
             )
         return out
 
+    def rope_write_kv_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        metadata: AttentionMetadata,
+        group: int,
+        sinks: torch.Tensor,
+        scale: float,
+        sliding_window: int | None,
+    ) -> torch.Tensor:
+        q = self.rope_and_write_kv(q, k, v, positions, cos_sin, kv_cache, slot_mapping)
+        return self.attention(q, kv_cache, metadata, group, sinks, scale, sliding_window)
+
     def moe(
         self,
         x: torch.Tensor,

@@ -90,6 +90,30 @@ class TritonOps:
             attend = self._reference.attention
         return attend(q, kv_cache, metadata, group, sinks, scale, sliding_window)
 
+    def rope_write_kv_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        metadata: AttentionMetadata,
+        group: int,
+        sinks: torch.Tensor,
+        scale: float,
+        sliding_window: int | None,
+    ) -> torch.Tensor:
+        # Pure decode: one launch (the decode attention kernel rotates and writes the new token's
+        # K/V itself); any other batch: the two launches.
+        fused = _kernel("attention", "rope_write_kv_attention")
+        if fused is not None and _kernel("attention", "fuses_rope_write_kv")(q, metadata):
+            return fused(q, k, v, positions, cos_sin, kv_cache, slot_mapping, metadata, group,
+                         sinks, scale, sliding_window)  # fmt: skip
+        q = self.rope_and_write_kv(q, k, v, positions, cos_sin, kv_cache, slot_mapping)
+        return self.attention(q, kv_cache, metadata, group, sinks, scale, sliding_window)
+
     def moe(
         self,
         x: torch.Tensor,
