@@ -1669,12 +1669,16 @@ GROUPED_V2 = True  # moe_mxfp4 sends MXFP4 batches above the GEMV limit to v2
 # SASS compiled offline (sm_90, triton 3.6, as benchmarks/sass_counts.py does), instructions per
 # weight in the main loop of gate_up / down at BLOCK_M 16: these configs 3.20 / 3.22; without
 # SCALE_PREFETCH 3.07 / 3.14; REP 2 3.54 / 3.55; at BLOCK_M 32 3.28 / 3.33 (v1: 4.98 / 4.75).
-# REP 4 takes 255 registers, no spills in the loop. Not measured on a GPU yet: SCALE_PREFETCH is
-# on because a synchronous scale load would wait for HBM once per step.
-GROUPED_V2_GATE_UP = {"REP": 4, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
-                      "num_warps": 4}  # fmt: skip
-GROUPED_V2_DOWN = {"REP": 4, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
-                   "num_warps": 4}  # fmt: skip
+# REP 4 takes 255 registers (2 programs per SM). SCALE_PREFETCH is on because a synchronous scale
+# load would wait for HBM once per step.
+# Swept on the H200 (2026-12-03, benchmarks/moe_grouped_sweep.py, 120b shapes, 36 configs per
+# kernel at 64 tokens): the smallest tiles on 8 warps won for both kernels (more programs per SM
+# hide the unpack's latency better than REP 4's fewer instructions per weight): one layer 757.7 ->
+# 674.0 us at 64 tokens, 887 -> 767 at 256, 1526 -> 1295 at 1024 (floors 345, 399, 401 us).
+GROUPED_V2_GATE_UP = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
+                      "num_warps": 8}  # fmt: skip
+GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
+                   "num_warps": 8}  # fmt: skip
 
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
 
