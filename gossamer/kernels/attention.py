@@ -31,6 +31,20 @@ its rows and step keys sit at their tree positions first_pos + popcount - 1 for 
 (key_begin then starts at the window of the step's first position, which the shallowest row
 sees). Steps without a tree mask launch the kernel with TREE off: the code is compiled out.
 
+Fused rotary embedding and KV write (`rope_write_kv_attention`, ROPE_KV launches: pure decode,
+one query token per sequence, no tree): q, k, v come un-rotated, straight from the QKV projection,
+and the separate rope + KV-write launch before attention (gossamer/kernels/rope.py) is saved. Each
+program rotates its own query rows (rope.py's float32 arithmetic, rounded to q's dtype as rope.py's
+output is). The new token's key is the last visible key, position seq_len - 1; of the programs of
+one (sequence, kv head), exactly one has it in its split: that one rotates k, stores k and v at the
+token's slot and passes a CTA barrier (which makes its stores visible to its own later loads) before
+its key loop, which then reads the new key from the cache like any other. The other splits never
+touch that key, so no program waits for another's write; the stored bits and so the output are the
+ones the two launches give. A negative slot (graph padding) stores nothing, as in rope.py, and its
+row reads whatever its block table points at (the null block), as the two launches do.
+NOTE: a write lands in the cache while other sequences of the batch read it, so, as with any batch
+that the two launches would see, no sequence may read a slot that another writes in the same step.
+
 Graph capture: nothing here reads tensor values on the host. The number of splits comes from host ints
 (metadata.max_seq_len, max_query_len, the batch size); each program derives its chunk from the
 sequence's real length on the device, so ANY seq_lens give correct results, whatever max_seq_len the
@@ -43,6 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -102,6 +117,11 @@ def _paged_attention_kernel(
     part_sum_ptr,  # [T, Hq, num_splits] fp32
     part_acc_ptr,  # [T, Hq, num_splits, D] fp32
     counter_ptr,  # [COUNTER_SLOTS] int32 arrivals per (query tile, kv head, seq): read when MERGE
+    k_new_ptr,  # [T, Hkv, D] this step's un-rotated keys (read when ROPE_KV, as are the next 4)
+    v_new_ptr,  # [T, Hkv, D]
+    positions_ptr,  # [T] int
+    cos_sin_ptr,  # [max_pos, D] fp32: cos in [:, :D/2], sin in [:, D/2:]
+    slot_mapping_ptr,  # [T] int64; < 0: not stored
     scale_log2,  # softmax scale * log2(e)
     window,  # sliding window (used when SLIDING)
     num_splits,
@@ -114,6 +134,11 @@ def _paged_attention_kernel(
     stride_c_tok,
     stride_c_head,
     stride_bt_seq,
+    stride_k_new_tok,
+    stride_k_new_head,
+    stride_v_new_tok,
+    stride_v_new_head,
+    stride_cos_sin,
     GROUP: tl.constexpr,  # Hq // Hkv
     HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,  # tokens per cache block
@@ -126,6 +151,7 @@ def _paged_attention_kernel(
     SPLITS_P2: tl.constexpr,  # next_power_of_2(num_splits) when MERGE, else 1
     TREE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    ROPE_KV: tl.constexpr,  # q is un-rotated; rotate it, and write the new key (see module doc)
     PDL: tl.constexpr,
 ):
     pdl.wait(PDL)
@@ -172,7 +198,21 @@ def _paged_attention_kernel(
         + row_head[:, None] * stride_q_head
         + offs_d[None, :]
     )
-    q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0).to(k_cache_ptr.dtype.element_ty)
+    if ROPE_KV:
+        row_rope_pos = tl.load(positions_ptr + q_begin + row_token, mask=row_valid, other=0)
+        q_table = cos_sin_ptr + row_rope_pos.to(tl.int64)[:, None] * stride_cos_sin
+        q = _rotated(q_ptrs, q_table, row_valid[:, None], offs_d[None, :], HEAD_DIM // 2)
+        q = q.to(q_ptr.dtype.element_ty)  # what rope.py stores, and attention loads
+        if (split_begin <= first_pos) & (first_pos < split_end):  # this split holds the new key
+            cache_head_offsets = kv_head * stride_c_head + offs_d  # [HEAD_DIM]
+            _write_new_kv(k_new_ptr, v_new_ptr, positions_ptr, cos_sin_ptr, slot_mapping_ptr,
+                          k_cache_ptr, v_cache_ptr, q_begin, kv_head, cache_head_offsets,
+                          stride_k_new_tok, stride_k_new_head, stride_v_new_tok, stride_v_new_head,
+                          stride_cos_sin, stride_c_block, stride_c_tok, HEAD_DIM, BLOCK_SIZE)  # fmt: skip
+        tl.debug_barrier()  # this program's cache stores above are visible to its loads below
+    else:
+        q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
+    q = q.to(k_cache_ptr.dtype.element_ty)
     sink = (
         tl.load(sinks_ptr + row_head, mask=row_valid, other=0.0).to(tl.float32) * 1.4426950408889634
     )
@@ -254,6 +294,62 @@ def _paged_attention_kernel(
         denominator = row_sum + tl.exp2(sink - row_max)
         out = acc / denominator[:, None]
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+
+
+@triton.jit
+def _rotated(
+    x_ptrs,  # [..., HEAD_DIM] element `dims` of each head
+    table_ptrs,  # broadcastable to x_ptrs: cos_sin row of each head's position
+    mask,
+    dims,  # broadcastable to x_ptrs: the element's index in its head
+    HALF: tl.constexpr,
+):
+    """The rotary embedding of whole heads, fp32: rope.py's x1 cos - x2 sin, x2 cos + x1 sin per
+    element, with the element's partner loaded from the other half of its head."""
+    first_half = dims < HALF
+    frequency = tl.where(first_half, dims, dims - HALF)
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    partner = tl.load(x_ptrs + tl.where(first_half, HALF, -HALF), mask=mask, other=0.0)
+    partner = partner.to(tl.float32)
+    cos = tl.load(table_ptrs + frequency, mask=mask, other=0.0).to(tl.float32)
+    sin = tl.load(table_ptrs + HALF + frequency, mask=mask, other=0.0).to(tl.float32)
+    return tl.where(first_half, x * cos - partner * sin, x * cos + partner * sin)
+
+
+@triton.jit
+def _write_new_kv(
+    k_new_ptr,
+    v_new_ptr,
+    positions_ptr,
+    cos_sin_ptr,
+    slot_mapping_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    token,
+    kv_head,
+    cache_head_offsets,  # [HEAD_DIM] offsets of kv_head's elements inside a slot
+    stride_k_new_tok,
+    stride_k_new_head,
+    stride_v_new_tok,
+    stride_v_new_head,
+    stride_cos_sin,
+    stride_c_block,
+    stride_c_tok,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """Store `token`'s key (rotated) and value of `kv_head` at its slot, as rope.py does."""
+    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
+    if slot >= 0:  # padding rows (slot < 0) store nothing
+        dims = tl.arange(0, HEAD_DIM)
+        position = tl.load(positions_ptr + token).to(tl.int64)
+        k_ptrs = k_new_ptr + token * stride_k_new_tok + kv_head * stride_k_new_head + dims
+        k_table = cos_sin_ptr + position * stride_cos_sin
+        k = _rotated(k_ptrs, k_table, dims < HEAD_DIM, dims, HEAD_DIM // 2)
+        v = tl.load(v_new_ptr + token * stride_v_new_tok + kv_head * stride_v_new_head + dims)
+        slot_offset = (slot // BLOCK_SIZE) * stride_c_block + (slot % BLOCK_SIZE) * stride_c_tok
+        tl.store(k_cache_ptr + slot_offset + cache_head_offsets, k.to(k_cache_ptr.dtype.element_ty))
+        tl.store(v_cache_ptr + slot_offset + cache_head_offsets, v.to(v_cache_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -420,6 +516,20 @@ def attention(
     sliding_window: int | None,
 ) -> torch.Tensor:
     """`Ops.attention` on Triton: causal attention over the paged cache with sinks -> [T, Hq, D]."""
+    return _attend(q, kv_cache, metadata, group, sinks, scale, sliding_window, None)
+
+
+def _attend(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    metadata: AttentionMetadata,
+    group: int,
+    sinks: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+    new_kv: NewKV | None,
+) -> torch.Tensor:
+    """paged_attention with its arguments taken from the op's metadata."""
     return paged_attention(
         q,
         kv_cache,
@@ -432,7 +542,51 @@ def attention(
         scale,
         sliding_window,
         tree_mask=metadata.tree_mask,
+        new_kv=new_kv,
     )
+
+
+@dataclass(frozen=True)
+class NewKV:
+    """A ROPE_KV launch's inputs beyond attention's: q is then un-rotated too (module doc)."""
+
+    k: torch.Tensor  # [T, Hkv, D] un-rotated
+    v: torch.Tensor  # [T, Hkv, D]
+    positions: torch.Tensor  # [T] int
+    cos_sin: torch.Tensor  # [max_pos, D] float32
+    slot_mapping: torch.Tensor  # [T] int64, < 0: not stored
+
+
+def fuses_rope_write_kv(q: torch.Tensor, metadata: AttentionMetadata) -> bool:
+    """Whether `rope_write_kv_attention` takes this batch: pure decode, one query token per
+    sequence, no tree. NOTE: it trusts the layout the runner builds (token s is sequence s's)."""
+    return (
+        metadata.max_query_len == 1
+        and metadata.tree_mask is None
+        and q.shape[0] == metadata.num_seqs
+    )
+
+
+def rope_write_kv_attention(
+    q: torch.Tensor,  # [T, Hq, D] un-rotated
+    k: torch.Tensor,  # [T, Hkv, D] un-rotated
+    v: torch.Tensor,  # [T, Hkv, D]
+    positions: torch.Tensor,  # [T] int
+    cos_sin: torch.Tensor,  # [max_pos, D] float32
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, Hkv, D]
+    slot_mapping: torch.Tensor,  # [T] int64, < 0: not stored
+    metadata: AttentionMetadata,
+    group: int,
+    sinks: torch.Tensor,  # [Hq] fp32
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """`Ops.rope_write_kv_attention` for a batch that `fuses_rope_write_kv` accepts: one launch of
+    the decode kernel that also rotates q and k and stores k and v (module doc) -> [T, Hq, D]."""
+    if not fuses_rope_write_kv(q, metadata):
+        raise ValueError("rope_write_kv_attention: only pure decode batches (fuses_rope_write_kv)")
+    new_kv = NewKV(k, v, positions, cos_sin, slot_mapping)
+    return _attend(q, kv_cache, metadata, group, sinks, scale, sliding_window, new_kv)
 
 
 def paged_attention(
@@ -451,13 +605,18 @@ def paged_attention(
     num_splits: int | None = None,
     block_n: int | None = None,
     block_q: int | None = None,
+    new_kv: NewKV | None = None,
 ) -> torch.Tensor:
     """The attention op with explicit arguments. `num_splits`, `block_n` and `block_q` override the
     launch heuristics (tests use them to force several splits, tiles and iterations on tiny shapes).
+    With `new_kv` (one query token per sequence, no tree): q is un-rotated, and the kernel rotates
+    it and writes the new keys and values first (a ROPE_KV launch, see the module doc).
     """
     num_tokens, num_q_heads, head_dim = q.shape
     _, _, block_size, num_kv_heads, cache_dim = kv_cache.shape
     _check_shapes(q, kv_cache, sinks, head_dim, cache_dim, num_q_heads, num_kv_heads)
+    if new_kv is not None:
+        _check_new_kv(new_kv, num_tokens, num_kv_heads, head_dim, max_query_len, tree_mask)
     group_size = num_q_heads // num_kv_heads
     num_seqs = seq_lens.shape[0]
     out = torch.empty((num_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
@@ -509,6 +668,7 @@ def paged_attention(
         part_sum,
         part_acc,
         _counters(q.device) if merge else seq_lens,  # not read without MERGE
+        *_new_kv_arguments(new_kv, anchor=seq_lens),
         scale * LOG2E,
         sliding_window or 0,
         num_splits,
@@ -521,6 +681,7 @@ def paged_attention(
         k_cache.stride(1),
         k_cache.stride(2),
         block_table.stride(0),
+        *_new_kv_strides(new_kv),
         GROUP=group_size,
         HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size,
@@ -533,6 +694,7 @@ def paged_attention(
         SPLITS_P2=triton.next_power_of_2(num_splits) if merge else 1,
         TREE=tree_mask is not None,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        ROPE_KV=new_kv is not None,
         num_warps=4 if decode else 8,
         num_stages=3 if decode else 2,
         **pdl.launch_options(q.device),
@@ -554,6 +716,40 @@ def paged_attention(
             **pdl.launch_options(q.device),
         )
     return out
+
+
+def _new_kv_arguments(new_kv: NewKV | None, anchor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """k, v, positions, cos_sin, slot_mapping for the kernel; `anchor` stands in for each when
+    there is no new_kv (the kernel does not read them then)."""
+    if new_kv is None:
+        return (anchor,) * 5
+    return new_kv.k, new_kv.v, new_kv.positions, new_kv.cos_sin, new_kv.slot_mapping
+
+
+def _new_kv_strides(new_kv: NewKV | None) -> tuple[int, ...]:
+    """Token and head strides of k and v, and the cos_sin row stride (zeros without new_kv)."""
+    if new_kv is None:
+        return (0,) * 5
+    return (*new_kv.k.stride()[:2], *new_kv.v.stride()[:2], new_kv.cos_sin.stride(0))
+
+
+def _check_new_kv(
+    new_kv: NewKV,
+    num_tokens: int,
+    num_kv_heads: int,
+    head_dim: int,
+    max_query_len: int,
+    tree_mask: torch.Tensor | None,
+) -> None:
+    if max_query_len != 1 or tree_mask is not None:
+        raise ValueError("attention with new_kv needs one query token per sequence and no tree")
+    expected = (num_tokens, num_kv_heads, head_dim)
+    if new_kv.k.shape != expected or new_kv.v.shape != expected:
+        raise ValueError(
+            f"attention: new k {tuple(new_kv.k.shape)} / v {tuple(new_kv.v.shape)} must be "
+            f"{list(expected)}"
+        )
+    _check_last_dim_contiguous(k=new_kv.k, v=new_kv.v, cos_sin=new_kv.cos_sin)
 
 
 def _merge_in_kernel(tiles: int, device: torch.device) -> bool:
