@@ -8,7 +8,8 @@ from gossamer.runner.sampler import SamplingRow
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.ngram import NgramProposer
 from gossamer.spec.proposer import SpecRequest
-from gossamer.spec.suffix import SuffixProposer, SuffixTrie
+from gossamer.spec.suffix import SuffixProposer
+from gossamer.spec.suffix_trie import SuffixTrie
 
 ROW = SamplingRow(SamplingParams(temperature=0), [], [], None)
 
@@ -84,15 +85,15 @@ def test_ngram_matches_a_brute_force_search():
 def test_suffix_trie_counts_and_removes_substrings():
     trie = SuffixTrie(max_depth=3)
     trie.add([1, 2, 1, 2])
-    assert trie.find([1, 2]).count == 2
-    assert trie.find([2, 1, 2]).count == 1
+    assert trie.count([1, 2]) == 2
+    assert trie.count([2, 1, 2]) == 1
     assert trie.find([1, 2, 1, 2]) is None  # deeper than max_depth
     trie.add([1, 2, 3])
-    assert trie.find([1, 2]).count == 3
+    assert trie.count([1, 2]) == 3
     trie.remove([1, 2, 1, 2])
-    assert trie.find([1, 2]).count == 1 and trie.find([2, 1]) is None
+    assert trie.count([1, 2]) == 1 and trie.find([2, 1]) is None
     trie.remove([1, 2, 3])
-    assert not trie.root.children
+    assert trie.is_empty()
 
 
 def test_suffix_proposes_the_most_frequent_continuation_of_the_request():
