@@ -1,10 +1,14 @@
 """Cost-aware draft lengths: how many drafts k (0 = none) the next step should verify.
 
 A step that verifies k drafts per sequence costs cost(batch, k) plain decode steps of that batch
-(`StepCost`, from a measured table). A request whose draft positions are accepted with conditional
-rates a_0, a_1, ... (a_i: position i is accepted once positions < i were) emits on average
-E(k) = 1 + g_0 + ... + g_{k-1} tokens, where g_i = a_0 * ... * a_i. The rule maximises the batch's
-expected tokens per unit of step cost, sum E / cost, against k = 0 (B tokens for cost 1):
+(`StepCost`: a measured table, extrapolated past its largest batch toward 1 + k, the compute-bound
+cost). A request whose draft positions are accepted with conditional rates a_0, a_1, ... (a_i:
+position i is accepted once positions < i were) emits on average E(k) = 1 + g_0 + ... + g_{k-1}
+tokens, where g_i = a_0 * ... * a_i. The rule maximises the batch's expected tokens per unit of
+step cost, sum E / cost, against k = 0 (B tokens for cost 1), so a batch stops speculating when no
+k emits more than one token per plain step's worth of cost; as the batch grows a draft costs more
+and the acceptance that pays rises (gpt-oss-120b table: 0.24 per position at batch 1, 0.71 at 8,
+0.90 at 32):
 
 - padded steps (every decode verifies the same k, filler where drafts are short): try each k of
   the draft-length ladder; a request contributes its gains up to min(k, its draft length);
@@ -26,11 +30,24 @@ import itertools
 import operator
 from collections.abc import Callable, Sequence
 
-# Measured on one H200, gpt-oss-120b, context 1024, CUDA graph replay, ms per step (see
-# docs/speculative.md): {batch: {k: ms}}; costs are relative to k = 0, linear in between.
+# Measured on one H200, gpt-oss-120b, context 1024, CUDA graph replay (BENCHMARKS.md, session 3
+# call 5: 2.662 ms at k = 0), relative to k = 0: {batch: {k: cost}}. Larger batches extrapolate
+# (StepCost); the session-2 batch-8 measurement (1.61, 2.20, 2.83 for k = 1..3) is within 10% of
+# what that gives (1.71, 2.42, 3.13).
 DEFAULT_COST_TABLE: tuple[tuple[int, tuple[tuple[int, float], ...]], ...] = (
-    (1, ((0, 4.29), (1, 5.62), (3, 8.14), (7, 13.39))),
-    (8, ((0, 13.19), (1, 26.31), (3, 37.22), (7, 47.93))),
+    (
+        1,
+        (
+            (0, 1.0),
+            (1, 1.24),
+            (2, 1.50),
+            (3, 1.69),
+            (4, 2.05),
+            (5, 2.23),
+            (6, 2.46),
+            (7, 2.64),
+        ),
+    ),
 )
 # Acceptance assumed before anything was verified, and how many observations it weighs. Mildly
 # optimistic (ngram and EAGLE-3 see about 0.6 to 0.75 on real text), so that small batches try
@@ -47,23 +64,55 @@ CostFunction = Callable[[int, float], float]
 class StepCost:
     """cost(batch, k): a step where `batch` sequences verify k drafts each, in plain decode steps
     of that batch. Linear in k between measured points and beyond the last one; linear in the
-    batch between measured rows, the nearest row outside them."""
+    batch between measured rows; below the first row, the first row.
+
+    Above the last row it extrapolates: a step's time is about affine in the tokens it feeds,
+    t0 + t1 * tokens (weights and launches, then the per-token work; the measured gpt-oss-120b
+    batch-1 costs are within 0.05 of a line). Then one more draft per sequence costs
+    B t1 / (t0 + B t1) = B / (B + h) plain steps, h = t0 / t1: about its own weight's share at
+    batch 1 and ever closer to a whole step as the batch grows (compute bound, k drafts cost k
+    steps). The last row's own shape in k is kept and scaled by how that share grew since its
+    batch, never above 1 + k nor below the row itself."""
 
     def __init__(self, table: Sequence[tuple[int, Sequence[tuple[float, float]]]]) -> None:
         rows = sorted((batch, sorted(points)) for batch, points in table)
         self.batches = [float(batch) for batch, _ in rows]
         # each row relative to its own k = 0 time
         self.rows = [[(k, cost / points[0][1]) for k, cost in points] for _, points in rows]
+        self.draft_share = _draft_share(self.rows[-1])  # what a draft costs at the last batch
+        self.half_batch = _half_batch(self.batches[-1], self.draft_share)
 
     def __call__(self, batch: int, k: float) -> float:
         if k <= 0:
             return 1.0
+        if batch > self.batches[-1]:
+            return self._extrapolated(batch, k)
         costs = [_cost_at(row, k) for row in self.rows]
         if batch <= self.batches[0]:
             return costs[0]
-        if batch >= self.batches[-1]:
-            return costs[-1]
         return _interpolate(list(zip(self.batches, costs, strict=True)), batch)
+
+    def _extrapolated(self, batch: int, k: float) -> float:
+        measured = _cost_at(self.rows[-1], k)
+        if self.half_batch is None:
+            return measured  # drafts measured free (or cheaper than nothing): no growth
+        growth = (batch / (batch + self.half_batch)) / self.draft_share
+        return max(measured, min(1 + k, 1 + (measured - 1) * growth))
+
+
+def _draft_share(row: Sequence[tuple[float, float]]) -> float:
+    """The cost of one draft per sequence in plain steps: the least-squares slope through
+    (0, 1) of the row's measured costs."""
+    drafts = [(k, cost - 1) for k, cost in row if k > 0]
+    return sum(k * extra for k, extra in drafts) / sum(k * k for k, _ in drafts)
+
+
+def _half_batch(batch: float, draft_share: float) -> float | None:
+    """h of the affine model, from a draft's share at `batch`: batch / (batch + h) = share.
+    None when drafts cost nothing there; 0 when a draft already costs a whole step."""
+    if draft_share <= 0:
+        return None
+    return batch * max(1 - draft_share, 0.0) / draft_share
 
 
 def _cost_at(row: Sequence[tuple[float, float]], k: float) -> float:

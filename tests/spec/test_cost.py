@@ -37,13 +37,38 @@ def test_step_cost_interpolates_the_table():
     assert cost(1, 5) == pytest.approx(11 / 4)  # past k = 3: the last slope, 1.5 ms per draft
     assert cost(9, 1) == pytest.approx(2.0)
     assert cost(5, 1) == pytest.approx((1.25 + 2.0) / 2)  # halfway between the batch rows
-    assert cost(64, 3) == cost(9, 3) == pytest.approx(3.0)  # outside: the nearest row
+    assert cost(0, 3) == cost(1, 3)  # below the first row: the first row
+    # above the last row (9): a draft's share there (least squares: 0.7) grows as 64 / (64 + h)
+    half_batch = 9 * 0.3 / 0.7
+    growth = (64 / (64 + half_batch)) / 0.7
+    assert cost(64, 3) == pytest.approx(1 + 2 * growth)
+    assert cost(9, 3) < cost(64, 3) < 4
 
 
 def test_the_default_table_holds_the_measured_ratios():
     cost = StepCost(DEFAULT_COST_TABLE)
-    assert cost(1, 3) == pytest.approx(8.14 / 4.29)
-    assert cost(8, 7) == pytest.approx(47.93 / 13.19)
+    measured = [1.24, 1.50, 1.69, 2.05, 2.23, 2.46, 2.64]  # 120b, batch 1, k = 1..7
+    assert [cost(1, k) for k in range(1, 8)] == pytest.approx(measured)
+
+
+def test_larger_batches_pay_more_per_draft_up_to_a_whole_step():
+    """Between memory bound (batch 1: a draft costs ~0.24 steps) and compute bound (a draft
+    costs a step): the cost never falls as the batch grows and tends to 1 + k."""
+    cost = StepCost(DEFAULT_COST_TABLE)
+    batches = [1, 2, 4, 8, 16, 32, 64, 256, 4096]
+    for k in range(1, 8):
+        costs = [cost(batch, k) for batch in batches]
+        assert costs == sorted(costs)
+        assert costs[-1] <= 1 + k and costs[-1] == pytest.approx(1 + k, rel=0.05)
+    # the batch-8 graph measurement of session 2 (k = 1, 2, 3), which the model never saw
+    assert [cost(8, k) for k in (1, 2, 3)] == pytest.approx([1.61, 2.20, 2.83], rel=0.15)
+
+
+def test_extrapolation_keeps_measured_extremes():
+    free = StepCost(((1, ((0, 1.0), (1, 1.0))),))
+    assert free(64, 1) == 1.0  # drafts measured free stay free
+    whole = StepCost(((8, ((0, 1.0), (1, 3.0))),))  # dearer than a step per draft: kept
+    assert whole(64, 1) == pytest.approx(3.0)
 
 
 def test_a_falling_last_segment_is_not_extrapolated_downward():
@@ -132,15 +157,71 @@ def chosen_k(rate: float, batch: int, padded: bool = True) -> int:
 
 
 def test_high_acceptance_speculates_low_acceptance_and_large_batches_do_not():
-    """With the measured H200 gpt-oss-120b costs (a batch-1 step with 1 draft costs 1.31 decode
-    steps, a batch-8 one 2.0)."""
+    """With the measured H200 gpt-oss-120b costs (a batch-1 step with 1 draft costs 1.24 decode
+    steps; 1.71 at batch 8 by the model)."""
+    # padded: k of the ladder 1, 2, 4; ragged: any k (k = 3 costs 1.69 steps, k = 4 2.05)
+    assert (chosen_k(0.9, batch=1), chosen_k(0.9, batch=1, padded=False)) == (4, 3)
+    assert (chosen_k(0.7, batch=1), chosen_k(0.7, batch=1, padded=False)) == (2, 3)
     for padded in (True, False):
-        assert chosen_k(0.9, batch=1, padded=padded) == 4
-        assert chosen_k(0.7, batch=1, padded=padded) == 2
         assert chosen_k(0.2, batch=1, padded=padded) == 0
         assert chosen_k(0.7, batch=8, padded=padded) == 0
         assert chosen_k(0.7, batch=32, padded=padded) == 0
-    assert chosen_k(0.95, batch=8) == 4  # a large batch still speculates when it pays
+        assert chosen_k(0.9, batch=32, padded=padded) == 0
+    assert chosen_k(0.95, batch=8) == 2  # a large batch still speculates when it pays
+
+
+def expected_tokens_per_cost(rate: float, batch: int, k: int) -> float:
+    """Tokens a request emits per step over what the step costs: E(k) / cost(batch, k)."""
+    return (1 + sum(gains([rate] * k, k))) / StepCost(DEFAULT_COST_TABLE)(batch, k)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 16, 32, 64])
+def test_speculation_is_off_exactly_where_no_k_pays_for_itself(batch):
+    """Synthetic acceptance rates 0.05 .. 0.99: a padded batch speculates iff some k of the
+    ladder emits more than one token per plain step's worth of cost, and then the best one."""
+    for rate in [i / 100 for i in range(5, 100, 2)]:
+        value = {k: expected_tokens_per_cost(rate, batch, k) for k in LADDER}
+        best = max(value, key=value.get)
+        assert chosen_k(rate, batch) == (best if value[best] > 1 else 0), rate
+
+
+def break_even_rate(batch: int) -> float:
+    return next(i / 1000 for i in range(1, 1000) if chosen_k(i / 1000, batch) > 0)
+
+
+def test_the_acceptance_needed_grows_with_the_batch():
+    needed = [break_even_rate(batch) for batch in (1, 2, 4, 8, 16, 32, 64)]
+    assert needed == sorted(needed) and len(set(needed)) == len(needed)
+    assert needed[0] == pytest.approx(0.24, abs=0.01)  # batch 1: a draft costs 0.24 steps
+    assert needed[3] == pytest.approx(0.71, abs=0.01)  # batch 8: more than the 0.7 prior
+
+
+def test_ngram_at_batch_8_on_mini_turns_down_to_one_draft():
+    """The H200 run: ngram at batch 8 emitted 3.75 tokens per 4-draft step (a ~0.85 rate per
+    position) and ran at 0.92x. The model agrees that k = 4 loses there and keeps k = 1;
+    at batch 32 nothing pays."""
+    assert 1 + sum(gains([0.85] * 4, 4)) == pytest.approx(3.75, abs=0.05)
+    assert expected_tokens_per_cost(0.85, 8, 4) == pytest.approx(0.92, abs=0.03)
+    assert chosen_k(0.85, batch=8) == 1 and chosen_k(0.85, batch=1) == 4
+    assert chosen_k(0.85, batch=32) == 0
+
+
+def test_the_chooser_turns_down_by_batch_on_recorded_drafts():
+    """Acceptance learnt from drafts (a seeded 0.85 per position), then the same requests in
+    batches of 1, 8 and 32."""
+    rng = random.Random(4)
+    chooser = DraftLengthChooser(DEFAULT_COST_TABLE, LADDER, num_positions=4, window=8)
+    ids = [str(i) for i in range(32)]
+    for step in range(1, 41):
+        for request_id in ids:
+            accepted = next((i for i in range(4) if rng.random() > 0.85), 4)
+            chooser.record(request_id, "ngram", drafted=4, accepted=accepted, step=step)
+
+    def k_for(batch: int) -> int:
+        wanted = [(request_id, "ngram", 4) for request_id in ids[:batch]]
+        return max(chooser.choose(wanted, batch, padded=True, token_budget=8192, step=41))
+
+    assert (k_for(1), k_for(8), k_for(32)) == (4, 1, 0)
 
 
 def test_the_token_budget_caps_k():
