@@ -11,13 +11,18 @@
     python benchmarks/spec_decode.py verify-cost --model gpt-oss-120b --load-format dummy \\
         --batch-sizes 1,8 --context 1024 --json spec_verify.json --cost-table spec_costs.json
 
+    # 3. (CPU) the suffix proposer's per-request index: its build time against the prompt length,
+    #    next to the trie of every substring it used to build, and the cost of a later step
+    python benchmarks/spec_decode.py suffix-build --prompt-lengths 1024,4096,16384
+
 e2e: each method runs the same greedy workload (chat prompts rendered with Harmony when the checkpoint
 has a tokenizer.json: a code rewrite, a quote-heavy summary and an open story; repetitive token
 prompts otherwise) at each batch size, after a warm-up; tok/s counts generated tokens over wall time,
 speedup is against the run without speculation, and the spec stats come from EngineStats.spec_stats.
 graph% is the share of the timed run's target-model steps that replayed a CUDA graph (the eager ones,
 by reason, are in the JSON) and maxStep the slowest engine step: a one-off stall (a Triton compile)
-shows there, not in graph%.
+shows there, not in graph%. --tree adds draft-tree and eagle3-tree rows: the same proposers with
+tree drafts (top-k children per depth, verified with a tree attention mask; such steps run eagerly).
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
@@ -35,7 +40,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -48,10 +53,16 @@ from timing import copy_bandwidth  # noqa: E402
 from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
 from gossamer.model.loader import load_model  # noqa: E402
 from gossamer.runner.model_runner import GRAPH, ModelRunner, SeqInput  # noqa: E402
+from gossamer.runner.sampler import SamplingRow  # noqa: E402
 from gossamer.sampling_params import SamplingParams  # noqa: E402
-from gossamer.spec.config import SpecConfig  # noqa: E402
+from gossamer.spec.config import MODEL_METHODS, SpecConfig  # noqa: E402
+from gossamer.spec.proposer import SpecRequest  # noqa: E402
+from gossamer.spec.suffix import SuffixProposer  # noqa: E402
+from gossamer.spec.suffix_trie import SuffixTrie  # noqa: E402
 
 BLOCK = 16
+DEFAULT_TREE = "3,1,1,1"  # top 3 at the first depth, chains below: 12 nodes, depth 4
+TREE_SUFFIX = "-tree"
 
 
 # ---- e2e ----------------------------------------------------------------------------------------
@@ -70,10 +81,11 @@ class E2eRow:
     graph_fraction: float  # of the target-model steps, those that replayed a CUDA graph
     slowest_step_ms: float
     runner_steps: dict[str, int]  # the timed run's steps by mode (EngineStats.runner_steps)
+    tree_drafts: int = 0  # drafts that were trees (--tree rows)
 
     def line(self) -> str:
         return (
-            f"{self.method:8s} {self.batch:5d} {self.generated_tokens:7d} {self.seconds:8.2f} "
+            f"{self.method:12s} {self.batch:5d} {self.generated_tokens:7d} {self.seconds:8.2f} "
             f"{self.tokens_per_s:9.1f} {self.speedup:7.2f}x {self.mean_accepted_length:6.2f} "
             f"{self.acceptance_rate:6.2f} {100 * self.graph_fraction:6.1f} "
             f"{self.slowest_step_ms:8.1f}"
@@ -150,8 +162,35 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         num_speculative_tokens=k,
         draft_load_format=args.draft_load_format,
     )
+    methods |= tree_configs(args, methods)
     wanted = args.methods.split(",") if args.methods else list(methods)
-    return {name: methods[name] for name in wanted if name in methods}
+    if args.tree:  # each chosen model method brings its tree variant along
+        wanted = [w for name in wanted for w in (name, name + TREE_SUFFIX) if w in methods]
+    return {name: methods[name] for name in dict.fromkeys(wanted) if name in methods}
+
+
+def tree_configs(
+    args: argparse.Namespace, methods: dict[str, SpecConfig | None]
+) -> dict[str, SpecConfig]:
+    """With --tree: "draft-tree" and "eagle3-tree", the chain configs with tree drafts (the
+    engine verifies them with a tree attention mask, eagerly). A tree as deep as k or deeper
+    raises k to its depth."""
+    if not args.tree:
+        return {}
+    tree = {"branching": args.tree}
+    depth = len(args.tree)
+    variants = {
+        name + TREE_SUFFIX: replace(
+            config,
+            tree=tree,
+            num_speculative_tokens=max(config.num_speculative_tokens, depth),
+        )
+        for name, config in methods.items()
+        if name in MODEL_METHODS and config is not None
+    }
+    if not variants:
+        print("--tree: no tree variants without --draft or --eagle3", file=sys.stderr)
+    return variants
 
 
 def run_workload(
@@ -219,6 +258,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
                 steps.get(GRAPH, 0) / max(sum(steps.values()), 1),
                 1e3 * slowest,
                 steps,
+                stats.get("num_tree_drafts", 0),
             )
             rows.append(row)
             print(row.line(), flush=True)
@@ -352,6 +392,81 @@ def cost_table(rows: list[VerifyRow]) -> dict[str, dict[str, float]]:
     return table
 
 
+# ---- suffix proposer: the per-request index --------------------------------------------------------
+
+
+@dataclass
+class SuffixBuildRow:
+    prompt_tokens: int
+    # a trie of every substring, token by token: the index before (it then was one object per
+    # node, about 4x slower than this flat SuffixTrie: 160 ms for 4k tokens on a 2-core CPU)
+    trie_build_ms: float
+    first_proposal_ms: float  # the first proposal for a new request (it builds the index)
+    step_us: float  # a later proposal, after the request gained 3 tokens
+
+    def line(self) -> str:
+        return (
+            f"{self.prompt_tokens:7d} {self.trie_build_ms:10.2f} {self.first_proposal_ms:10.2f} "
+            f"{self.step_us:8.1f}"
+        )
+
+
+def phrase_tokens(length: int, seed: int, vocab: int = 50_000) -> list[int]:
+    """Text-like tokens: 400 phrases of 3-12 tokens from a 50k vocabulary, in random order (so
+    that a suffix matches often, as in code or templated text)."""
+    gen = torch.Generator().manual_seed(seed)
+    phrases = [
+        torch.randint(0, vocab, (int(torch.randint(3, 13, (1,), generator=gen)),), generator=gen)
+        for _ in range(400)
+    ]
+    picks = torch.randint(0, len(phrases), (length,), generator=gen).tolist()
+    tokens: list[int] = []
+    for pick in picks:
+        if len(tokens) >= length:
+            break
+        tokens += phrases[pick].tolist()
+    return tokens[:length]
+
+
+def _best_seconds(work, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_suffix_build(args: argparse.Namespace) -> list[SuffixBuildRow]:
+    """CPU only: what a suffix proposer's first proposal for a request costs against the
+    prompt's length, next to the trie it built before, and what each later step costs."""
+    depth = SpecConfig().suffix_decoding_max_tree_depth
+    row = SamplingRow(SamplingParams(temperature=0), [], [], None)
+    rows = []
+    for length in args.prompt_lengths:
+        # the prompt and what the request generates later, of one set of phrases
+        text = phrase_tokens(length + 3 * args.suffix_steps, seed=length)
+        prompt, more = text[:length], text[length:]
+
+        def first_proposal(tokens=prompt) -> SuffixProposer:
+            proposer = SuffixProposer(args.num_speculative_tokens, max_depth=depth)
+            proposer.propose([SpecRequest("r", tokens, len(tokens), 8, row)])
+            return proposer
+
+        trie = _best_seconds(lambda tokens=prompt: SuffixTrie(depth).add(tokens), args.repeats)
+        first = _best_seconds(first_proposal, args.repeats)
+        proposer, tokens = first_proposal(list(prompt)), list(prompt)
+        start = time.perf_counter()
+        for step in range(args.suffix_steps):
+            tokens += more[3 * step : 3 * step + 3]
+            proposer.propose([SpecRequest("r", tokens, length, 8, row)])
+        step_seconds = (time.perf_counter() - start) / args.suffix_steps
+        result = SuffixBuildRow(length, 1e3 * trie, 1e3 * first, 1e6 * step_seconds)
+        rows.append(result)
+        print(result.line(), flush=True)
+    return rows
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -366,12 +481,40 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.mode == "e2e":
+        print(
+            f"{'method':12s} batch  tokens  seconds     tok/s speedup  accLen accRate graph% maxStep"
+        )
+        rows = [asdict(row) for row in bench_e2e(args)]
+    elif args.mode == "verify-cost":
+        print("batch    ctx   k mode   ms/step  vs k=0 floor_ms  max tok/s")
+        verify_rows = bench_verify_cost(args)
+        rows = [asdict(row) for row in verify_rows]
+        if args.cost_table:
+            _write_cost_table(args, verify_rows)
+    else:
+        print(f"{'prompt':>7s} {'trie ms':>10s} {'first ms':>10s} {'step us':>8s}")
+        rows = [asdict(row) for row in bench_suffix_build(args)]
+    if args.json:
+        result = {
+            "date": time.strftime("%Y-%m-%d"),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "args": vars(args),
+            "rows": rows,
+        }
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("mode", choices=("e2e", "verify-cost"))
-    parser.add_argument("--model", required=True, help="checkpoint folder or preset name")
+    parser.add_argument("mode", choices=("e2e", "verify-cost", "suffix-build"))
+    parser.add_argument("--model", help="checkpoint folder or preset name (e2e, verify-cost)")
     parser.add_argument("--load-format", choices=("auto", "dummy"), default="auto")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bfloat16")
@@ -387,33 +530,33 @@ def main() -> None:
     e2e.add_argument("--num-speculative-tokens", type=int, default=4)
     e2e.add_argument("--max-tokens", type=int, default=256)
     e2e.add_argument("--kv-cache-gib", type=float, default=8.0)
+    e2e.add_argument(
+        "--tree",
+        nargs="?",
+        const=DEFAULT_TREE,
+        default=None,
+        metavar="BRANCHING",
+        help="also run draft and eagle3 with tree drafts (rows draft-tree, eagle3-tree): the "
+        f"top-k children per depth, default {DEFAULT_TREE}",
+    )
     cost = parser.add_argument_group("verify-cost")
     cost.add_argument("--ks", default="0,1,2,3,4,5,6,7")
     cost.add_argument("--context", type=int, default=1024)
     cost.add_argument("--steps", type=int, default=20)
     cost.add_argument("--cost-table", default=None, help="write the step-cost table (JSON) here")
-    args = parser.parse_args()
+    suffix = parser.add_argument_group("suffix-build (CPU)")
+    suffix.add_argument("--prompt-lengths", default="1024,4096,16384")
+    suffix.add_argument("--repeats", type=int, default=3)
+    suffix.add_argument("--suffix-steps", type=int, default=200)
+    args = parser.parse_args(argv)
+    if args.mode != "suffix-build" and args.model is None:
+        parser.error(f"{args.mode} needs --model")
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     args.ks = [int(k) for k in args.ks.split(",")]
-    if args.mode == "e2e":
-        print("method   batch  tokens  seconds     tok/s speedup  accLen accRate graph% maxStep")
-        rows = [asdict(row) for row in bench_e2e(args)]
-    else:
-        print("batch    ctx   k mode   ms/step  vs k=0 floor_ms  max tok/s")
-        verify_rows = bench_verify_cost(args)
-        rows = [asdict(row) for row in verify_rows]
-        if args.cost_table:
-            _write_cost_table(args, verify_rows)
-    if args.json:
-        result = {
-            "date": time.strftime("%Y-%m-%d"),
-            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "args": vars(args),
-            "rows": rows,
-        }
-        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    args.prompt_lengths = [int(n) for n in args.prompt_lengths.split(",")]
+    if args.tree is not None:
+        args.tree = [int(b) for b in args.tree.split(",")]
+    return args
 
 
 def _write_cost_table(args: argparse.Namespace, rows: list[VerifyRow]) -> None:

@@ -23,8 +23,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 PAST_END = -1
-# Ranges at most this long are split into runs in Python: numpy calls cost more there.
-SMALL_RANGE = 16
+# Children found by binary search before the rest of a range goes to numpy: a step's cost then
+# depends on how many continuations a context has, not on how often it occurred.
+FEW_RUNS = 8
 
 
 @dataclass(frozen=True)
@@ -65,36 +66,31 @@ class SuffixArray:
         return lo < hi and column < self.depth and int(self.columns[column, hi - 1]) != PAST_END
 
     def children(self, lo: int, hi: int, column: int) -> Children:
-        """The runs of column `column` in [lo, hi), without the occurrence at the end."""
-        skip = bisect.bisect_left(self.columns[column], 0, lo, hi) - lo  # PAST_END sorts first
-        values = self.columns[column, lo:hi]
-        if hi - lo - skip <= SMALL_RANGE:
-            return _small_runs(values[skip:].tolist(), lo + skip)
-        values = values[skip:]
-        edges = np.flatnonzero(values[1:] != values[:-1]) + 1
-        starts = np.concatenate([[0], edges])
-        ends = np.concatenate([edges, [len(values)]])
-        base = lo + skip
-        return Children(
-            values[starts].tolist(),
-            list(zip((starts + base).tolist(), (ends + base).tolist(), strict=True)),
-        )
+        """The runs of column `column` in [lo, hi), without the occurrence at the end. The first
+        few by binary search (a context inside repeated text has one or two continuations,
+        however often it occurred); past FEW_RUNS the rest in one numpy pass."""
+        values = self.columns[column]
+        start = bisect.bisect_left(values, 0, lo, hi)  # PAST_END sorts first
+        tokens: list[int] = []
+        bounds: list[tuple[int, int]] = []
+        while start < hi and len(tokens) < FEW_RUNS:
+            token = int(values[start])
+            end = bisect.bisect_right(values, token, start, hi)
+            tokens.append(token)
+            bounds.append((start, end))
+            start = end
+        if start < hi:
+            rest = values[start:hi]
+            edges = np.flatnonzero(rest[1:] != rest[:-1]) + 1
+            firsts = np.concatenate([[0], edges])
+            ends = np.concatenate([edges, [len(rest)]])
+            tokens += rest[firsts].tolist()
+            bounds += zip((firsts + start).tolist(), (ends + start).tolist(), strict=True)
+        return Children(tokens, bounds)
 
     def first_start(self, lo: int, hi: int) -> int:
         """The earliest position of the occurrences in [lo, hi) (rows are not in position order)."""
         return int(self.starts[lo:hi].min())
-
-
-def _small_runs(values: list[int], base: int) -> Children:
-    tokens: list[int] = []
-    bounds: list[tuple[int, int]] = []
-    for offset, value in enumerate(values):
-        if tokens and tokens[-1] == value:
-            bounds[-1] = (bounds[-1][0], base + offset + 1)
-        else:
-            tokens.append(value)
-            bounds.append((base + offset, base + offset + 1))
-    return Children(tokens, bounds)
 
 
 def _sorted_starts(tokens: np.ndarray, depth: int) -> np.ndarray:
