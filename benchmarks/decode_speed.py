@@ -262,6 +262,12 @@ def main() -> None:
         default=None,
         help="W tiles per program the Triton GEMV sends to L2 before its PDL wait",
     )
+    parser.add_argument(
+        "--moe-layout",
+        choices=("default", "hf", "fp16_lanes"),
+        default="default",
+        help="MXFP4 bit layout on the GPU: as published, or repacked at load (model/mxfp4.py)",
+    )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument(
         "--grouped-sweep", help="moe_grouped_sweep.py JSON: use its best grouped v2 configs"
@@ -284,6 +290,10 @@ def main() -> None:
         pdl.ENABLED = args.pdl == "on"
     if args.attention_merge != "default":
         attention.MERGE_IN_KERNEL = args.attention_merge == "in-kernel"
+    if args.moe_layout != "default":
+        from gossamer.model import mxfp4
+
+        mxfp4.REPACK_FOR_GPU = args.moe_layout == "fp16_lanes"
     if args.gemv_prefetch is not None:
         gemv.CONFIGS = {k: replace(c, prefetch=args.gemv_prefetch) for k, c in gemv.CONFIGS.items()}
     args.contexts = [int(c) for c in args.contexts.split(",")]

@@ -149,3 +149,26 @@ def test_dummy_weights_from_a_config_folder_give_finite_varied_logits(tmp_path):
 def test_preset_without_weights_asks_for_dummy_or_a_path():
     with pytest.raises(ConfigError, match="--load-format dummy"):
         load_model("gpt-oss-20b", device="meta")
+
+
+def test_repacked_experts_keep_logits_and_save_in_the_published_layout(tmp_path):
+    """repack_experts_for_gpu (the loader runs it for the Triton ops on the GPU): the torch path
+    reads the repacked blocks to the same logits, and saving writes the published layout back."""
+    from gossamer.model.weights import hf_state_dict, repack_experts_for_gpu
+
+    hf_dir = write_hf_model(tmp_path / "hf", seed=6)
+    dense = load_model(str(hf_dir), dtype="float32").model
+    packed = load_model(str(save_checkpoint(dense, tmp_path / "mx")), dtype="float32").model
+    tokens = list(range(5, 17))
+    before = forward_tokens(packed, ContiguousCache(packed, 12), tokens, 0)
+    published = {n: t.clone() for n, t in hf_state_dict(packed) if n.endswith("_blocks")}
+    assert repack_experts_for_gpu(packed) == packed.config.num_hidden_layers
+    assert repack_experts_for_gpu(packed) == 0  # already repacked: nothing changes twice
+    experts = packed.model.layers[0].mlp.experts
+    assert experts.weights().layout == mxfp4.LAYOUT_FP16_LANES
+    assert not torch.equal(experts.gate_up_proj_blocks, published[next(iter(published))])
+    after = forward_tokens(packed, ContiguousCache(packed, 12), tokens, 0)
+    assert torch.equal(before, after)
+    for name, tensor in hf_state_dict(packed):
+        if name.endswith("_blocks"):
+            assert torch.equal(tensor, published[name]), name

@@ -85,6 +85,7 @@ class Experts(nn.Module):
         num_experts, hidden = config.num_local_experts, config.hidden_size
         inter = config.intermediate_size
         self.mxfp4 = mxfp4
+        self.blocks_layout = "hf"  # mxfp4.LAYOUT_*: the loader may repack for the GPU kernels
         self.gate_up_proj_bias = _weight(num_experts, 2 * inter, dtype=dtype)
         self.down_proj_bias = _weight(num_experts, hidden, dtype=dtype)
         if mxfp4:
@@ -106,6 +107,7 @@ class Experts(nn.Module):
                 gate_up_scales=self.gate_up_proj_scales,
                 down_blocks=self.down_proj_blocks,
                 down_scales=self.down_proj_scales,
+                layout=self.blocks_layout,
             )
         return ExpertWeights(
             gate_up_bias=self.gate_up_proj_bias,

@@ -8,12 +8,14 @@ from pathlib import Path
 import torch
 
 from gossamer.config import ConfigError, ModelConfig
+from gossamer.model import mxfp4 as mxfp4_module
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.model.weights import (
     build_model,
     init_dummy_weights,
     is_mxfp4_checkpoint,
     load_checkpoint,
+    repack_experts_for_gpu,
 )
 from gossamer.ops import get_ops
 from gossamer.presets import PRESETS, preset
@@ -78,4 +80,6 @@ def load_model(
         init_dummy_weights(net, seed)
     else:
         load_checkpoint(net, checkpoint)
+    if mxfp4_module.REPACK_FOR_GPU and backend.name == "triton" and net.device.type == "cuda":
+        repack_experts_for_gpu(net)
     return LoadedModel(net, config, checkpoint)

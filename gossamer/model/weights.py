@@ -203,8 +203,29 @@ def hf_state_dict(
                 yield f"{prefix}.{which}_proj.{kind}", part.contiguous()
         elif DENSE_EXPERTS.match(name):
             yield from _dense_experts_out(name, tensor, experts_format)
+        elif name.endswith("_blocks") and _blocks_layout(model, name) == mxfp4.LAYOUT_FP16_LANES:
+            yield name, mxfp4.from_fp16_lanes(tensor)  # back to the published layout
         else:
             yield name, tensor.contiguous()
+
+
+def _blocks_layout(model: GptOssForCausalLM, name: str) -> str:
+    return model.get_submodule(name.rsplit(".", 1)[0]).blocks_layout
+
+
+def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
+    """Repack every MXFP4 expert's blocks in place to mxfp4.LAYOUT_FP16_LANES (the Triton
+    kernels' cheaper unpack); returns how many expert modules changed. Only for a model that
+    runs the Triton ops: the torch reference reads either layout, more slowly."""
+    changed = 0
+    for module in model.modules():
+        if getattr(module, "blocks_layout", None) != mxfp4.LAYOUT_HF or not module.mxfp4:
+            continue
+        for blocks in (module.gate_up_proj_blocks, module.down_proj_blocks):
+            blocks.copy_(mxfp4.to_fp16_lanes(blocks))
+        module.blocks_layout = mxfp4.LAYOUT_FP16_LANES
+        changed += 1
+    return changed
 
 
 def _dense_experts_out(

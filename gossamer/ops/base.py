@@ -74,6 +74,9 @@ class ExpertWeights:
     down_scales: torch.Tensor | None = None  # [E, H, I/32] uint8
     gate_up_dense: torch.Tensor | None = None  # [E, 2I, H]
     down_dense: torch.Tensor | None = None  # [E, H, I]
+    # bit layout of the blocks' int32 words: "hf" (published) or "fp16_lanes" (model/mxfp4.py;
+    # the loader repacks to it for the Triton kernels on the GPU)
+    layout: str = "hf"
 
     @property
     def is_mxfp4(self) -> bool:

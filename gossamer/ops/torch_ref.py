@@ -155,10 +155,14 @@ def expert_matrices(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One expert's (gate_up [2I, H], down [H, I]) in `dtype`, dequantized if packed."""
     if experts.is_mxfp4:
-        gate_up = mxfp4.dequantize(
-            experts.gate_up_blocks[expert], experts.gate_up_scales[expert], dtype
-        )
-        down = mxfp4.dequantize(experts.down_blocks[expert], experts.down_scales[expert], dtype)
+        gate_up_blocks, down_blocks = experts.gate_up_blocks[expert], experts.down_blocks[expert]
+        if experts.layout == mxfp4.LAYOUT_FP16_LANES:  # repacked for the GPU kernels
+            gate_up_blocks = mxfp4.from_fp16_lanes(gate_up_blocks)
+            down_blocks = mxfp4.from_fp16_lanes(down_blocks)
+        elif experts.layout != mxfp4.LAYOUT_HF:
+            raise ValueError(f"unknown MXFP4 layout {experts.layout!r}")
+        gate_up = mxfp4.dequantize(gate_up_blocks, experts.gate_up_scales[expert], dtype)
+        down = mxfp4.dequantize(down_blocks, experts.down_scales[expert], dtype)
         return gate_up, down
     return experts.gate_up_dense[expert].to(dtype), experts.down_dense[expert].to(dtype)
 

@@ -87,6 +87,16 @@ def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).abs().max() / ref.abs().max()).item()
 
 
+def _fp16_lanes(experts: ExpertWeights) -> ExpertWeights:
+    """The same experts with their blocks repacked to the GPU layout (model/mxfp4.py)."""
+    return dataclasses.replace(
+        experts,
+        gate_up_blocks=mxfp4.to_fp16_lanes(experts.gate_up_blocks),
+        down_blocks=mxfp4.to_fp16_lanes(experts.down_blocks),
+        layout=mxfp4.LAYOUT_FP16_LANES,
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # Routing
 # ------------------------------------------------------------------------------------------------
@@ -620,3 +630,78 @@ def test_gpu_dense_bf16(experts_120b):
     logits = (order.float() / 4.0).bfloat16()  # no ties
     out = moe_mxfp4.moe_mxfp4(x, logits, dense, 4, LIMIT, ALPHA)
     _assert_close_120b(out, _reference(x, logits, packed, 4))
+
+
+# ------------------------------------------------------------------------------------------------
+# The repacked GPU layout (mxfp4.LAYOUT_FP16_LANES)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_fp16_lanes_repack_round_trips_and_moves_bits():
+    blocks = torch.randint(0, 256, (3, 7, 5, 16), dtype=torch.uint8)
+    repacked = mxfp4.to_fp16_lanes(blocks)
+    assert not torch.equal(repacked, blocks)
+    assert torch.equal(mxfp4.from_fp16_lanes(repacked), blocks)
+    # each element's 4 bits land where FP16_LANE_BITS says (element j + 4 sixteen bits higher)
+    word = int.from_bytes(bytes(blocks[0, 0, 0, :4].tolist()), "little")
+    moved = int.from_bytes(bytes(repacked[0, 0, 0, :4].tolist()), "little")
+    for element in range(8):
+        mag_at, sign_at = mxfp4.FP16_LANE_BITS[element % 4]
+        lane = 16 * (element // 4)
+        nibble = (word >> (4 * element)) & 0xF
+        assert (moved >> (mag_at + lane)) & 0x7 == nibble & 0x7
+        assert (moved >> (sign_at + lane)) & 0x1 == nibble >> 3
+
+
+def test_reference_reads_the_repacked_layout():
+    experts = _experts(4, 64, 32, seed=90)
+    x, logits = _inputs(3, 64, 4, seed=91)
+    expected = _reference(x, logits, experts, 2)
+    assert torch.equal(_reference(x, logits, _fp16_lanes(experts), 2), expected)
+
+
+@pytest.mark.parametrize("tokens,split", [(1, (1, 1)), (3, (2, 1))])
+def test_fp16_decode_path_reads_the_repacked_layout(moe, tokens, split):
+    """The packed-fp16 GEMV's cheaper unpack of LAYOUT_FP16_LANES, against the reference on the
+    published layout (hidden 160 / intermediate 96: partial steps)."""
+    experts = _experts(8, 160, 96, seed=92)
+    x, logits = _inputs(tokens, 160, 8, seed=93 + tokens)
+    config = _with_split(TINY_FP16, *split)
+    out = moe.moe_mxfp4_decode_fp16(x, logits, _fp16_lanes(experts), 4, LIMIT, ALPHA, **config)
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+
+
+@pytest.mark.parametrize("hidden,inter,tokens", [(160, 96, 5), (128, 128, 17)])
+def test_grouped_v2_reads_the_repacked_layout(moe, monkeypatch, hidden, inter, tokens):
+    experts = _experts(8, hidden, inter, seed=94)
+    x, logits = _inputs(tokens, hidden, 8, seed=95)
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, _fp16_lanes(experts), 2, LIMIT, ALPHA, **_v2_configs(SCALE_PREFETCH=1)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+    monkeypatch.setattr(moe, "EMULATE_BF16_LANES", True)  # the bf16-lane arithmetic, emulated
+    out = moe.moe_mxfp4_grouped_v2(x, logits, _fp16_lanes(experts), 2, LIMIT, ALPHA)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 2e-2
+
+
+def test_kernels_without_the_repacked_unpack_refuse_it(moe):
+    experts = _fp16_lanes(_experts(4, 64, 32, seed=96))
+    x, logits = _inputs(1, 64, 4, seed=97)
+    with pytest.raises(moe.MoEShapeError, match="published MXFP4 layout"):
+        moe.moe_mxfp4_decode(x, logits, experts, 2, LIMIT, ALPHA, **TINY_DECODE)
+    with pytest.raises(moe.MoEShapeError, match="published MXFP4 layout"):
+        moe.moe_mxfp4_grouped(x, logits, experts, 2, LIMIT, ALPHA, **TINY_GROUPED)
+    bad = dataclasses.replace(experts, layout="nibbles")
+    with pytest.raises(moe.MoEShapeError, match="unknown MXFP4 layout"):
+        moe.moe_mxfp4_decode_fp16(x, logits, bad, 2, LIMIT, ALPHA)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4, 64, 256])
+def test_gpu_120b_repacked_layout(experts_120b, tokens):
+    """Both default paths (GEMV up to 64 pairs, grouped v2 above) on repacked 120b experts."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(tokens, seed=300 + tokens)
+    out = moe_mxfp4.moe_mxfp4(x, logits, _fp16_lanes(experts_120b), TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
