@@ -34,6 +34,7 @@ import triton.testing
 from timing import copy_bandwidth, graph_seconds_per_call
 
 from gossamer.kernels import moe_mxfp4 as moe
+from gossamer.model import mxfp4
 from gossamer.ops.base import ExpertWeights
 from gossamer.ops.torch_ref import TorchOps
 
@@ -48,6 +49,8 @@ EXPERT_BYTES = GATE_UP_BYTES + DOWN_BYTES
 
 
 def make_experts(seed: int = 0) -> ExpertWeights:
+    """Random packed experts, labelled with the bit layout the loader would give the kernels
+    (random bytes are random codes in either layout; the reference reads both)."""
     g = torch.Generator(device=DEVICE).manual_seed(seed)
     e, h, i = EXPERTS, HIDDEN, INTER
 
@@ -64,6 +67,7 @@ def make_experts(seed: int = 0) -> ExpertWeights:
         gate_up_scales=scales(e, 2 * i, h // 32),
         down_blocks=packed(e, h, i // 32, 16),
         down_scales=scales(e, h, i // 32),
+        layout=mxfp4.LAYOUT_FP16_LANES if mxfp4.REPACK_FOR_GPU else mxfp4.LAYOUT_HF,
     )
 
 
@@ -125,6 +129,7 @@ def path_fn(path: str, experts: ExpertWeights):
         return lambda x, lg: moe.moe_mxfp4_grouped_v2(
             x, lg, experts, TOP_K, LIMIT, ALPHA, **configs
         )
+    experts = experts_for(path, experts)
     return {
         "decode": lambda x, lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA),
         "decode_fp16": lambda x, lg: moe.moe_mxfp4_decode_fp16(x, lg, experts, TOP_K, LIMIT, ALPHA),
@@ -132,7 +137,16 @@ def path_fn(path: str, experts: ExpertWeights):
     }[path]
 
 
+def experts_for(path: str, experts: ExpertWeights) -> ExpertWeights:
+    """The older kernels (fp32 GEMV, grouped v1) read only the published layout: the same random
+    bytes, labelled so."""
+    if path in ("decode", "grouped"):
+        return dataclasses.replace(experts, layout=mxfp4.LAYOUT_HF)
+    return experts
+
+
 def bench_path(path: str, tokens: int, experts: ExpertWeights, bw: float) -> dict:
+    experts = experts_for(path, experts)
     fn = path_fn(path, experts)
     inputs = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
     ok, err = check(fn, experts, *inputs[0])

@@ -27,6 +27,7 @@ from kernels_moe import (  # noqa: E402
     GATE_UP_BYTES,
     LIMIT,
     TOP_K,
+    experts_for,
     make_calls,
     make_experts,
 )
@@ -63,6 +64,7 @@ DOWN = [
 
 def time_fp32(experts, inputs) -> float:
     """The fp32 GEMV (moe_mxfp4_decode) at its defaults: the baseline."""
+    experts = experts_for("decode", experts)
     calls = [
         lambda x=x, lg=lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA)
         for x, lg in inputs
