@@ -161,6 +161,7 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         model=auto_model,
         num_speculative_tokens=k,
         draft_load_format=args.draft_load_format,
+        cost_table=args.auto_cost_table,
     )
     methods |= tree_configs(args, methods)
     wanted = args.methods.split(",") if args.methods else list(methods)
@@ -530,6 +531,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     e2e.add_argument("--num-speculative-tokens", type=int, default=4)
     e2e.add_argument("--max-tokens", type=int, default=256)
     e2e.add_argument("--kv-cache-gib", type=float, default=8.0)
+    e2e.add_argument(
+        "--auto-cost-table",
+        default=None,
+        help="the step-cost table auto decides with (a file verify-cost --cost-table wrote, for "
+        "this model and GPU); default: the built-in gpt-oss-120b H200 table",
+    )
     e2e.add_argument(
         "--tree",
         nargs="?",

@@ -48,7 +48,7 @@ class SuffixArray:
         self.size = len(tokens)
         order = _sorted_starts(tokens, depth)
         padded = np.concatenate([tokens.astype(np.int32), np.full(depth, PAST_END, np.int32)])
-        windows = sliding_window_view(padded[: self.size + depth - 1], depth)  # [size, depth]
+        windows = sliding_window_view(padded, depth)[: self.size]  # [size, depth]
         # columns[m, i]: token m of the i-th sorted suffix; column-major so that a range of one
         # column is contiguous
         self.columns = np.ascontiguousarray(windows[order].T)  # [depth, size]

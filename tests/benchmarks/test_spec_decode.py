@@ -79,3 +79,13 @@ def test_e2e_and_verify_cost_need_a_model(benchmark_script):
     bench = benchmark_script("spec_decode")
     with pytest.raises(SystemExit):
         bench.parse_args(["e2e"])
+
+
+def test_auto_decides_with_a_measured_cost_table(benchmark_script, tmp_path):
+    path = tmp_path / "costs.json"  # as verify-cost --cost-table writes it
+    path.write_text(json.dumps({"model": "m", "cost_table": {"1": {"0": 2.0, "1": 2.5}}}))
+    bench = benchmark_script("spec_decode")
+    args = bench.parse_args(["e2e", "--model", "m", "--auto-cost-table", str(path)])
+    assert bench.method_configs(args)["auto"].cost_table == ((1, ((0, 2.0), (1, 2.5))),)
+    default = bench.method_configs(bench.parse_args(["e2e", "--model", "m"]))["auto"]
+    assert default.cost_table is None
