@@ -22,11 +22,20 @@ K is split over `split_k` programs that write float32 partial sums. They are add
 Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..., config=...)`
 overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
 The pure-torch twin is torch.nn.functional.linear.
+
+`norm_linear` runs the residual add + RMSNorm that feeds a projection (QKV, the MoE router) in the
+GEMV's prologue (NORM constexpr): a separate norm launch is 2-3 us at batch 1, twice per layer. After
+the PDL wait every program reads the whole rows of x (+ residual) for the rows' 1/rms, then builds
+its x tiles as rms_norm(x + residual) * norm_weight rounded to x's dtype, the values the norm kernel
+(gossamer/kernels/norm.py) would have written. The programs of row block 0 also write x + residual
+and the normed rows of their K range, to fresh buffers (other programs still read the inputs).
+Its twin is TorchOps.rms_norm then torch.nn.functional.linear.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -46,6 +55,12 @@ MAX_ROWS = 16  # most x rows one call serves (the MMA column tile grows to 16)
 MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
 COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
 NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT constexpr)
+# `norm_linear` fuses the norm up to this many rows (A/B switch: GOSSAMER_FUSED_NORM=0 turns it off).
+# NOTE: every program reads all M rows of x (+ residual) for the norm, so the prologue's cost grows
+# with M; at 0 or above GEMV_MAX_M the norm is a separate launch again.
+FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "1") != "0" else 0
+NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
+NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
 
 
 @dataclass(frozen=True)
@@ -141,14 +156,26 @@ def plan_gemv(
     return GemvPlan(config, block_m, split_k, blocks_per_split * config.block_k, row_blocks)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton up to GEMV_MAX_M rows, else cuBLAS."""
+def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear` sends x [..., K] @ weight[N, K].T to the Triton kernels (else cuBLAS)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if rows == 0 or rows > GEMV_MAX_M or x.dtype != weight.dtype:
-        return F.linear(x, weight, bias)
-    if shape_class(*weight.shape) not in TRITON_CLASSES:
+        return False
+    return shape_class(*weight.shape) in TRITON_CLASSES
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton up to GEMV_MAX_M rows, else cuBLAS."""
+    if not serves(x, weight):
         return F.linear(x, weight, bias)
     return gemv(x, weight, bias)
+
+
+def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor) -> bool:
+    """Whether `norm_linear` serves this problem (else: the norm kernel, then `linear`)."""
+    if residual is not None and (residual.dtype != hidden.dtype or residual.shape != hidden.shape):
+        return False
+    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= FUSED_NORM_MAX_M
 
 
 def gemv(
@@ -158,26 +185,77 @@ def gemv(
     config: GemvConfig | None = None,  # override of CONFIGS (benchmarks)
 ) -> torch.Tensor:
     """The Triton path of `linear`, output in x.dtype."""
-    in_features, out_features = x.shape[-1], weight.shape[0]
+    x2d, weight = _checked(x, weight)
+    out = torch.empty((x2d.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    if x2d.shape[0] > 0:
+        _launch(x2d, weight, bias, out, _plan(x2d, weight, config))
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+@dataclass(frozen=True)
+class NormPrologue:
+    """The residual add + RMSNorm in front of a GEMV (TorchOps.rms_norm's arithmetic)."""
+
+    residual: torch.Tensor | None  # [M, K], added to x before the norm
+    weight: torch.Tensor  # [K] (float32 in the model)
+    eps: float
+    residual_out: torch.Tensor | None  # [M, K] x + residual (with a residual)
+    normed_out: torch.Tensor | None  # [M, K] the normed x (when wanted)
+
+
+def norm_linear(
+    hidden: torch.Tensor,  # [..., K], at most MAX_ROWS rows
+    residual: torch.Tensor | None,  # [..., K]
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    weight: torch.Tensor,  # [N, K]
+    bias: torch.Tensor | None,  # [N]
+    want_normed: bool,
+    config: GemvConfig | None = None,  # override of CONFIGS (benchmarks, tests)
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(linear(normed), normed if want_normed, hidden + residual) with normed = rms_norm(hidden +
+    residual) * norm_weight, in one launch; without a residual the new residual is `hidden`."""
+    x2d, weight = _checked(hidden.contiguous(), weight)
+    rows, in_features, out_features = x2d.shape[0], x2d.shape[1], weight.shape[0]
+    if norm_weight.shape != (in_features,):
+        raise ValueError(f"norm weight {tuple(norm_weight.shape)} for {in_features} features")
+    residual2d = None if residual is None else residual.contiguous().view(x2d.shape)
+    prologue = NormPrologue(
+        residual2d,
+        norm_weight.contiguous(),
+        eps,
+        None if residual is None else torch.empty_like(x2d),
+        torch.empty_like(x2d) if want_normed else None,
+    )
+    out = torch.empty((rows, out_features), dtype=x2d.dtype, device=x2d.device)
+    if rows > 0:
+        _launch(x2d, weight, bias, out, _plan(x2d, weight, config), prologue)
+    new_residual = hidden if residual is None else prologue.residual_out.view(hidden.shape)
+    normed = prologue.normed_out.view(hidden.shape) if want_normed else None
+    return out.view(*hidden.shape[:-1], out_features), normed, new_residual
+
+
+def _checked(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x as [M, K] rows and weight, both with a unit stride along K; raises on shapes not served."""
+    in_features = x.shape[-1]
     x2d = x.reshape(-1, in_features)
-    num_tokens = x2d.shape[0]
-    if num_tokens > MAX_ROWS:
-        raise ValueError(f"gemv serves at most {MAX_ROWS} rows, got {num_tokens}")
+    if x2d.shape[0] > MAX_ROWS:
+        raise ValueError(f"gemv serves at most {MAX_ROWS} rows, got {x2d.shape[0]}")
     if weight.shape[1] != in_features:
         raise ValueError(f"x has {in_features} features but weight is {tuple(weight.shape)}")
     if x2d.stride(-1) != 1:
         x2d = x2d.contiguous()
     if weight.stride(-1) != 1:
         weight = weight.contiguous()
-    out = torch.empty((num_tokens, out_features), dtype=x.dtype, device=x.device)
-    if num_tokens == 0:
-        return out.view(*x.shape[:-1], out_features)
-    plan = plan_gemv(num_tokens, out_features, in_features, _num_sms(x.device), config)
-    _launch(x2d, weight, bias, out, plan)
-    return out.view(*x.shape[:-1], out_features)
+    return x2d, weight
 
 
-def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
+def _plan(x2d: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None) -> GemvPlan:
+    num_sms = _num_sms(x2d.device)
+    return plan_gemv(x2d.shape[0], weight.shape[0], x2d.shape[1], num_sms, config)
+
+
+def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None = None) -> None:
     config, (num_tokens, in_features), out_features = plan.config, x.shape, weight.shape[0]
     split = _split_mode(plan, x.device)
     partial = out  # unused without a split
@@ -188,7 +266,9 @@ def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight
     args = (x, weight, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
-            x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split)  # fmt: skip
+            x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split,
+            *_prologue_args(x, prologue))  # fmt: skip
+    tile_rows = 1 if config.kernel == "fma" else plan.block_m
     constants = dict(
         HAS_BIAS=has_bias,
         SPLIT=split,
@@ -197,6 +277,7 @@ def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         num_warps=config.num_warps,
+        **_prologue_constants(prologue, in_features, tile_rows, config.num_warps),
         **pdl.launch_options(x.device),
     )
     grid = (plan.row_blocks, plan.split_k)
@@ -213,6 +294,31 @@ def _launch(x, weight, bias, out, plan: GemvPlan) -> None:
             partial, bias_arg, out, num_tokens, out_features, out.stride(0), HAS_BIAS=has_bias,
             NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4, **pdl.launch_options(x.device),
         )  # fmt: skip
+
+
+def _prologue_args(x: torch.Tensor, prologue: NormPrologue | None) -> tuple:
+    """The kernels' norm arguments: residual, norm weight, the two K-range outputs and eps (x as
+    the placeholder of a tensor that is not there: never read or written)."""
+    if prologue is None:
+        return (x, x, x, x, 0.0)
+    tensors = (prologue.residual, prologue.weight, prologue.residual_out, prologue.normed_out)
+    return (*(x if tensor is None else tensor for tensor in tensors), prologue.eps)
+
+
+def _prologue_constants(
+    prologue: NormPrologue | None, in_features: int, tile_rows: int, num_warps: int
+) -> dict:
+    if prologue is None:
+        return dict(NORM=False, HAS_RESIDUAL=False, STORE_NORMED=False, NORM_BLOCK=16)
+    # the prologue's row chunk: [tile_rows, NORM_BLOCK] values, NORM_VALUES_PER_THREAD per thread
+    wanted = NORM_VALUES_PER_THREAD * 32 * num_warps // tile_rows
+    norm_block = max(16, min(triton.next_power_of_2(in_features), wanted))
+    return dict(
+        NORM=True,
+        HAS_RESIDUAL=prologue.residual is not None,
+        STORE_NORMED=prologue.normed_out is not None,
+        NORM_BLOCK=norm_block,
+    )
 
 
 def _split_mode(plan: GemvPlan, device: torch.device) -> int:
@@ -258,7 +364,7 @@ def _num_sms(device: torch.device) -> int:
 
 @triton.jit
 def _gemv_dot_kernel(
-    x_ptr,  # [M, K]
+    x_ptr,  # [M, K]; with NORM the hidden state before the residual add
     w_ptr,  # [N, K]
     bias_ptr,  # [N]
     out_ptr,  # [M, N]
@@ -267,14 +373,23 @@ def _gemv_dot_kernel(
     M,
     N,
     K,
-    stride_x,
+    stride_x,  # also the row stride of the NORM buffers below
     stride_w,
     stride_out,
     k_per_split,  # a multiple of BLOCK_K
+    res_ptr,  # [M, K] residual (NORM and HAS_RESIDUAL)
+    norm_w_ptr,  # [K] norm weight (NORM)
+    res_out_ptr,  # [M, K] x + residual, written by row block 0 (NORM and HAS_RESIDUAL)
+    normed_out_ptr,  # [M, K] normed x, written by row block 0 (NORM and STORE_NORMED)
+    eps,  # (NORM)
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,  # NO_SPLIT, SPLIT_REDUCE or SPLIT_LAST
     NUM_SPLITS: tl.constexpr,  # grid axis 1
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no column masks
+    NORM: tl.constexpr,  # x tiles are rms_norm(x + residual) * norm weight (module doc)
+    HAS_RESIDUAL: tl.constexpr,
+    STORE_NORMED: tl.constexpr,
+    NORM_BLOCK: tl.constexpr,  # columns per step of the norm's row loop
     IEEE_FP32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -295,20 +410,29 @@ def _gemv_dot_kernel(
     cols = tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rows[:, None] * stride_w + k_begin + cols[None, :]  # [BLOCK_N, BLOCK_K]
     x_ptrs = x_ptr + tokens[None, :] * stride_x + k_begin + cols[:, None]  # x^T [BLOCK_K, BLOCK_M]
+    # (NORM) x^T and the K-range outputs; not folded into x_ptrs, whose SASS then changes
+    x_offsets = tokens[None, :] * stride_x + k_begin + cols[:, None]
     if PDL:
         # the weights no kernel writes: start their trip from HBM while the previous kernel runs
         for tile in tl.static_range(PREFETCH):
             _prefetch_l2(w_ptr + rows * stride_w + k_begin, tile * BLOCK_K, k_len, BLOCK_K)
     pdl.wait(PDL)
+    rstd = _norm_rstd(x_ptr, res_ptr, tokens * stride_x, K, eps, NORM, HAS_RESIDUAL, NORM_BLOCK)
+    owner = token_ids < tl.where(pid_n == 0, M, 0)  # row block 0 stores the K-range outputs
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     for offset in range(0, k_len, BLOCK_K):
+        in_k = offset + cols < k_len
         if EVEN_K:
             w = tl.load(w_ptrs + offset)
-            x = tl.load(x_ptrs + offset)
         else:
-            in_k = offset + cols < k_len
             w = tl.load(w_ptrs + offset, mask=in_k[None, :], other=0.0)
-            x = tl.load(x_ptrs + offset, mask=in_k[:, None], other=0.0)
+        if NORM:
+            x = _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
+                             x_offsets + offset, k_begin + offset + cols[:, None], rstd[None, :],
+                             in_k[:, None], owner[None, :] & in_k[:, None], HAS_RESIDUAL,
+                             STORE_NORMED, EVEN_K)  # fmt: skip
+        else:
+            x = _masked_load(x_ptrs + offset, in_k[:, None], EVEN_K)
         if IEEE_FP32:
             acc = tl.dot(w, x, acc, input_precision="ieee")
         else:
@@ -319,7 +443,7 @@ def _gemv_dot_kernel(
 
 @triton.jit
 def _gemv_fma_kernel(
-    x_ptr,  # [1, K]
+    x_ptr,  # [1, K]; with NORM the hidden state before the residual add
     w_ptr,  # [N, K]
     bias_ptr,  # [N]
     out_ptr,  # [1, N]
@@ -332,10 +456,19 @@ def _gemv_fma_kernel(
     stride_w,
     stride_out,
     k_per_split,  # a multiple of BLOCK_K
+    res_ptr,  # [1, K] (the NORM arguments: see _gemv_dot_kernel)
+    norm_w_ptr,  # [K]
+    res_out_ptr,  # [1, K]
+    normed_out_ptr,  # [1, K]
+    eps,
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     EVEN_K: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    STORE_NORMED: tl.constexpr,
+    NORM_BLOCK: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     VEC: tl.constexpr,  # elements per 16-byte load
@@ -357,17 +490,97 @@ def _gemv_fma_kernel(
     acc = tl.zeros([BLOCK_K // VEC, BLOCK_N, VEC], tl.float32)
     w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)  # weights: before the wait
     pdl.wait(PDL)
-    x_next = _load_columns(x_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K).to(tl.float32)
+    rstd = _norm_rstd(x_ptr, res_ptr, tl.zeros([1], tl.int32), K, eps, NORM, HAS_RESIDUAL,
+                      NORM_BLOCK)  # fmt: skip
+    owner = tl.zeros([1, 1, 1], tl.int32) < tl.where(pid_n == 0, 1, 0)  # row block 0 stores
+    norm_args = (res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, rstd[:, None, None], owner)
+    x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, 0, k_len, norm_args, NORM, HAS_RESIDUAL,
+                    STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
     for offset in range(0, k_len, BLOCK_K):
         w, x = w_next, x_next
         # double buffering: the next tile's loads are issued before this tile's multiply-adds
         w_next = _load_columns(w_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
-        x_next = _load_columns(x_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
-        x_next = x_next.to(tl.float32)
+        x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, offset + BLOCK_K, k_len, norm_args,
+                        NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
         acc += w.to(tl.float32) * x
     y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
     _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
             counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+
+
+@triton.jit
+def _fma_x(x_ptrs, x_ptr, x_offsets, cols, offset, k_len, norm_args, NORM: tl.constexpr,
+           HAS_RESIDUAL: tl.constexpr, STORE_NORMED: tl.constexpr, EVEN_K: tl.constexpr,
+           BLOCK_K: tl.constexpr):  # fmt: skip
+    """The FMA kernel's float32 x tile of columns [offset, offset + BLOCK_K): loaded through the
+    zero-row-stride x_ptrs [chunks, rows, VEC] (see _load_columns), or with NORM built at x_offsets
+    [chunks, 1, VEC] (x's offsets are the norm weight's, M == 1), which broadcasts over the rows:
+    the norm's arithmetic is then done once per column, not once per row a thread holds."""
+    if NORM:
+        res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, rstd, owner = norm_args
+        in_k = offset + cols < k_len
+        offsets = x_offsets + _column_offset(offset, k_len, EVEN_K, BLOCK_K)
+        x = _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, offsets, offsets,
+                         rstd, in_k, owner & in_k, HAS_RESIDUAL, STORE_NORMED, EVEN_K)  # fmt: skip
+    else:
+        x = _load_columns(x_ptrs, cols, offset, k_len, EVEN_K, BLOCK_K)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _norm_rstd(x_ptr, res_ptr, row_offsets, K, eps, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+               NORM_BLOCK: tl.constexpr):  # fmt: skip
+    """With NORM the rows' 1 / rms (_row_rstd), else ones (unused: kernels that do not normalise)."""
+    if NORM:
+        return _row_rstd(x_ptr, res_ptr, row_offsets, K, eps, HAS_RESIDUAL, NORM_BLOCK)
+    return tl.full(row_offsets.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def _row_rstd(x_ptr, res_ptr, row_offsets, K, eps, HAS_RESIDUAL: tl.constexpr,
+              NORM_BLOCK: tl.constexpr):  # fmt: skip
+    """[rows] float32 1 / sqrt(mean((x + residual)^2) + eps) of the whole rows at row_offsets."""
+    cols = tl.arange(0, NORM_BLOCK)
+    squares = tl.zeros([row_offsets.shape[0], NORM_BLOCK], tl.float32)
+    for start in tl.range(0, K, NORM_BLOCK, loop_unroll_factor=NORM_UNROLL):
+        offsets = row_offsets[:, None] + start + cols[None, :]
+        in_k = (start + cols < K)[None, :]
+        h = _residual_sum(x_ptr + offsets, res_ptr + offsets, in_k, HAS_RESIDUAL, False)
+        squares += h.to(tl.float32) * h.to(tl.float32)
+    return tl.rsqrt(tl.sum(squares, axis=1) / K + eps)
+
+
+@triton.jit
+def _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, offsets, w_offsets, rstd,
+                 mask, store_mask, HAS_RESIDUAL: tl.constexpr, STORE_NORMED: tl.constexpr,
+                 EVEN_K: tl.constexpr):  # fmt: skip
+    """The x tile at `offsets` as the norm kernel writes it: rms_norm(x + residual) * norm weight
+    (w_offsets), rounded to x's dtype; where store_mask, also x + residual and the tile itself."""
+    h = _residual_sum(x_ptr + offsets, res_ptr + offsets, mask, HAS_RESIDUAL, EVEN_K)
+    norm_w = _masked_load(norm_w_ptr + w_offsets, mask, EVEN_K).to(tl.float32)
+    normed = (norm_w * (h.to(tl.float32) * rstd)).to(h.dtype)  # TorchOps.rms_norm's order
+    if HAS_RESIDUAL:
+        tl.store(res_out_ptr + offsets, h, mask=store_mask)
+    if STORE_NORMED:
+        tl.store(normed_out_ptr + offsets, normed, mask=store_mask)
+    return normed
+
+
+@triton.jit
+def _residual_sum(x_ptrs, res_ptrs, mask, HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr):
+    """x + residual rounded once to x's dtype, as torch's add (and the norm kernel) rounds it."""
+    x = _masked_load(x_ptrs, mask, EVEN_K)
+    if HAS_RESIDUAL:
+        x = (x.to(tl.float32) + _masked_load(res_ptrs, mask, EVEN_K).to(tl.float32)).to(x.dtype)
+    return x
+
+
+@triton.jit
+def _masked_load(ptrs, mask, EVEN_K: tl.constexpr):
+    """A tile whose columns are all in range (EVEN_K), else zero where not mask."""
+    if EVEN_K:
+        return tl.load(ptrs)
+    return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
@@ -383,11 +596,18 @@ def _prefetch_l2(row_ptrs, offset, k_len, BLOCK_K: tl.constexpr):
 @triton.jit
 def _load_columns(ptrs, cols, offset, k_len, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile at ptrs + offset, zero at columns >= k_len."""
+    at = _column_offset(offset, k_len, EVEN_K, BLOCK_K)
+    return _masked_load(ptrs + at, offset + cols < k_len, EVEN_K)
+
+
+@triton.jit
+def _column_offset(offset, k_len, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Where the tile of columns [offset, offset + BLOCK_K) is read from."""
     if EVEN_K:
         # k_len is a multiple of BLOCK_K, so only the final prefetch falls outside: it reads the
         # last tile again (an L1 hit, never used) and no load needs a mask
-        return tl.load(ptrs + tl.minimum(offset, k_len - BLOCK_K))
-    return tl.load(ptrs + offset, mask=offset + cols < k_len, other=0.0)
+        return tl.minimum(offset, k_len - BLOCK_K)
+    return offset
 
 
 @triton.jit

@@ -3,6 +3,8 @@
 Per layer: RMSNorm -> attention (QKV with biases, GQA, YaRN RoPE, per-head learned sinks, a sliding
 window of 128 on the even layers) -> residual -> RMSNorm -> MoE (router logits -> top-4 -> softmax over
 those four -> clamped SwiGLU experts with biases) -> residual. Final RMSNorm and an untied unembedding.
+Each of a layer's two norms is one op with the projection that reads it (`Ops.norm_linear`: QKV, the
+router), so that a backend can fold the norm into that GEMV.
 
 Tensors are flat over tokens ([num_tokens, hidden]); sequences are told apart by `AttentionMetadata`.
 Parameter names follow the Hugging Face checkpoints, except that q/k/v are fused into `qkv_proj`
@@ -56,14 +58,13 @@ class Attention(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor,  # [T, hidden]
+        qkv: torch.Tensor,  # [T, q_size + 2 * kv_size]: the QKV projection of the normed input
         positions: torch.Tensor,  # [T]
         cos_sin: torch.Tensor,  # [max_pos, head_dim]
         metadata: AttentionMetadata,
         kv_cache: torch.Tensor,  # [layers_per_group, 2, blocks, block_size, kv_heads, head_dim]
     ) -> torch.Tensor:
         cfg, ops = self.config, self.ops
-        qkv = ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
         q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
         q = q.view(-1, cfg.num_attention_heads, cfg.head_dim)
         k = k.view(-1, cfg.num_key_value_heads, cfg.head_dim)
@@ -137,9 +138,12 @@ class MoE(nn.Module):
         self.router.bias = _weight(config.num_local_experts, dtype=dtype)
         self.experts = Experts(config, mxfp4, dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden], normed
+        router_logits: torch.Tensor,  # [T, E]: the router projection of x
+    ) -> torch.Tensor:  # [T, hidden]
         cfg = self.config
-        router_logits = self.ops.linear(x, self.router.weight, self.router.bias)  # [T, E]
         return self.ops.moe(
             x,
             router_logits,
@@ -173,10 +177,19 @@ class DecoderLayer(nn.Module):
         metadata: AttentionMetadata,
         kv_cache: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        x, residual = self.ops.rms_norm(hidden, self.input_layernorm.weight, self.eps, residual)
-        x = self.self_attn(x, positions, cos_sin, metadata, kv_cache)
-        x, residual = self.ops.rms_norm(x, self.post_attention_layernorm.weight, self.eps, residual)
-        return self.mlp(x), residual
+        """(this layer's output, the residual stream it is to be added to); `residual` is None in
+        the first layer, where `hidden` is the embedding."""
+        attn, mlp = self.self_attn, self.mlp
+        qkv, _, residual = self.ops.norm_linear(
+            hidden, residual, self.input_layernorm.weight, self.eps,
+            attn.qkv_proj.weight, attn.qkv_proj.bias, want_normed=False,
+        )  # fmt: skip
+        x = attn(qkv, positions, cos_sin, metadata, kv_cache)
+        router_logits, x, residual = self.ops.norm_linear(
+            x, residual, self.post_attention_layernorm.weight, self.eps,
+            mlp.router.weight, mlp.router.bias, want_normed=True,  # the experts read x too
+        )  # fmt: skip
+        return mlp(x, router_logits), residual
 
 
 class GptOssModel(nn.Module):

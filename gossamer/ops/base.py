@@ -103,6 +103,22 @@ class Ops(Protocol):
         Without: returns (rms_norm(x) * weight, x). The norm is computed in float32."""
         ...
 
+    def norm_linear(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        eps: float,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        want_normed: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """`rms_norm(hidden, norm_weight, eps, residual)` then `linear` of the normed [T, in]:
+        returns (linear output [T, out], the normed [T, in] if want_normed else None, the new
+        residual [T, in]). One op so that a backend can fold the norm into the projection that
+        consumes it (results as the composition's, up to the float32 sum's order)."""
+        ...
+
     def rope(
         self,
         q: torch.Tensor,
@@ -187,3 +203,18 @@ class Ops(Protocol):
         """Route each token of x [T, H] to the top_k experts of router_logits [T, E] (softmax over
         the chosen logits), apply the clamped SwiGLU experts and sum with the routing weights."""
         ...
+
+
+def compose_norm_linear(
+    ops: Ops,
+    hidden: torch.Tensor,  # [T, in]
+    residual: torch.Tensor | None,  # [T, in]
+    norm_weight: torch.Tensor,  # [in]
+    eps: float,
+    weight: torch.Tensor,  # [out, in]
+    bias: torch.Tensor | None,  # [out]
+    want_normed: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """`Ops.norm_linear` as its two parts on `ops`: the unfused path."""
+    normed, new_residual = ops.rms_norm(hidden, norm_weight, eps, residual)
+    return ops.linear(normed, weight, bias), normed if want_normed else None, new_residual

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from gossamer.model import mxfp4
-from gossamer.ops.base import AttentionMetadata, ExpertWeights
+from gossamer.ops.base import AttentionMetadata, ExpertWeights, compose_norm_linear
 
 
 class TorchOps:
@@ -31,6 +31,20 @@ class TorchOps:
         h32 = hidden.float()
         normed = h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + eps)
         return (weight.float() * normed).to(x.dtype), hidden
+
+    def norm_linear(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        eps: float,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        want_normed: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        return compose_norm_linear(
+            self, hidden, residual, norm_weight, eps, weight, bias, want_normed
+        )
 
     def rope(
         self,

@@ -17,7 +17,7 @@ from types import ModuleType
 import torch
 
 from gossamer.kernels import gemv, norm, rope
-from gossamer.ops.base import AttentionMetadata, ExpertWeights
+from gossamer.ops.base import AttentionMetadata, ExpertWeights, compose_norm_linear
 from gossamer.ops.torch_ref import TorchOps
 
 
@@ -40,6 +40,24 @@ class TritonOps:
         residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return norm.rms_norm(x, weight, eps, residual)
+
+    def norm_linear(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        eps: float,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        want_normed: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        # the norm runs in the GEMV's prologue where the Triton GEMV serves the projection (decode
+        # batches); else (prefill, cuBLAS shapes) its own kernel, then `linear`
+        if gemv.fuses_norm(hidden, residual, weight):
+            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed)
+        return compose_norm_linear(
+            self, hidden, residual, norm_weight, eps, weight, bias, want_normed
+        )
 
     def rope(
         self,

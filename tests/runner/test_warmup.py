@@ -120,17 +120,20 @@ class RecordingOps(TorchOps):
     def __init__(self) -> None:
         super().__init__()
         self.triton = TritonOps()
+        self.reference = TorchOps()  # its composite ops (norm_linear) must not record twice
 
 
 def _recorded(op_name: str):
-    def op(self, *args):
-        getattr(self.triton, op_name)(*args)
-        return getattr(TorchOps, op_name)(self, *args)
+    def op(self, *args, **kwargs):
+        getattr(self.triton, op_name)(*args, **kwargs)
+        return getattr(self.reference, op_name)(*args, **kwargs)
 
     return op
 
 
-for _op in ("linear", "rms_norm", "rope", "write_kv", "rope_and_write_kv", "attention", "moe"):
+OPS = ("linear", "rms_norm", "norm_linear", "rope", "write_kv", "rope_and_write_kv", "attention",
+       "moe")  # fmt: skip
+for _op in OPS:
     setattr(RecordingOps, _op, _recorded(_op))
 
 
@@ -281,8 +284,19 @@ def test_prefill_attention_and_moe_paths(recorded):
     block_ms = constexprs(recorded.warm, "_grouped_gate_up_kernel", "BLOCK_M")
     block_ms |= constexprs(recorded.warm, "_v2_gate_up_kernel", "BLOCK_M")  # GROUPED_V2
     assert block_ms == {(16,), (32,)}
-    row_classes = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # 1, 2, 4, ... up
-    assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == row_classes  # to the max
+    assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == ROW_CLASSES
+
+
+ROW_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # 1, 2, 4, ... to the max
+
+
+def test_norms_folded_into_the_gemvs_are_warmed_up(recorded):
+    """norm_linear's GEMV prologue (QKV: layer 0 without a residual, the others with one; the
+    router also stores the normed rows) at every row class."""
+    folded = constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M", "HAS_RESIDUAL",
+                        "STORE_NORMED", NORM=True)  # fmt: skip
+    kinds = {(False, False), (True, False), (True, True)}
+    assert folded == {(m, *kind) for (m,) in ROW_CLASSES for kind in kinds}
 
 
 PLAN_HOLES = {
