@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -56,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    # The model, graphs and tables built so far live as long as the server: frozen out of the
+    # collector's generations, a full collection no longer walks them (one paused a step for
+    # ~100 ms on the CPU, 2026-12-03).
+    gc.freeze()
     app = build_app(
         engine,
         served_model_name=args.served_model_name,
