@@ -38,6 +38,8 @@ def test_serve_builds_the_app_around_the_engine(
         served.update(app=app, **kwargs)
 
     monkeypatch.setattr("uvicorn.run", fake_uvicorn_run)
+    frozen = []
+    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(True))  # not the test process
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     args = parser.parse_args(
@@ -45,6 +47,7 @@ def test_serve_builds_the_app_around_the_engine(
          "--served-model-name", "a", "b", "--response-store-size", "7"]
     )  # fmt: skip
     assert cli.run(args) == 0
+    assert frozen == [True]  # the long-lived server's heap leaves the collector's generations
     assert seen_args == [args] and args.model == "gpt-oss-20b"
     assert served["port"] == 9123 and served["host"] == "0.0.0.0"
     ctx = served["app"].state.ctx
