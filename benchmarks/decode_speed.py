@@ -268,6 +268,18 @@ def main() -> None:
         default="default",
         help="MXFP4 bit layout on the GPU: as published, or repacked at load (model/mxfp4.py)",
     )
+    parser.add_argument(
+        "--fused-norm-max-m",
+        type=int,
+        default=None,
+        help="rows up to which the RMSNorm runs in the GEMV prologue (0: separate launches)",
+    )
+    parser.add_argument(
+        "--fuse-rope",
+        choices=("default", "on", "off"),
+        default="default",
+        help="RoPE and the KV write inside pure-decode attention, or their own launch",
+    )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument(
         "--grouped-sweep", help="moe_grouped_sweep.py JSON: use its best grouped v2 configs"
@@ -290,6 +302,10 @@ def main() -> None:
         pdl.ENABLED = args.pdl == "on"
     if args.attention_merge != "default":
         attention.MERGE_IN_KERNEL = args.attention_merge == "in-kernel"
+    if args.fused_norm_max_m is not None:
+        gemv.FUSED_NORM_MAX_M = args.fused_norm_max_m
+    if args.fuse_rope != "default":
+        attention.FUSE_ROPE_KV = args.fuse_rope == "on"
     if args.moe_layout != "default":
         from gossamer.model import mxfp4
 

@@ -77,6 +77,9 @@ PROGRAMS_PER_SM = 4
 # a second launch (issue #8: the merge kernel cost 1.26 us per layer plus a launch gap on the H200).
 # A switch for A/B measurements.
 MERGE_IN_KERNEL = True
+# rope_write_kv_attention fuses rotation and the KV write into pure-decode attention (benchmarks
+# turn it off for an A/B of the two launches).
+FUSE_ROPE_KV = True
 # (query tile, kv head, seq) triples the in-kernel merge can count; a launch of more uses the kernel.
 COUNTER_SLOTS = 16384
 # Rows x splits of partials the in-kernel merge loads at once ([rows, splits, HEAD_DIM] fp32). Up to
@@ -561,7 +564,8 @@ def fuses_rope_write_kv(q: torch.Tensor, metadata: AttentionMetadata) -> bool:
     """Whether `rope_write_kv_attention` takes this batch: pure decode, one query token per
     sequence, no tree. NOTE: it trusts the layout the runner builds (token s is sequence s's)."""
     return (
-        metadata.max_query_len == 1
+        FUSE_ROPE_KV
+        and metadata.max_query_len == 1
         and metadata.tree_mask is None
         and q.shape[0] == metadata.num_seqs
     )

@@ -71,10 +71,11 @@ class Attention(nn.Module):
         v = v.view(-1, cfg.num_key_value_heads, cfg.head_dim)
         layer_cache = kv_cache[self.cache_index]
         slot_mapping = metadata.slot_mapping[self.group]
-        q = ops.rope_and_write_kv(q, k, v, positions, cos_sin, layer_cache, slot_mapping)
-        out = ops.attention(
-            q, layer_cache, metadata, self.group, self.sinks, self.scale, self.sliding_window
-        )
+        # one op, so that a backend can rotate and store the new K/V inside attention
+        out = ops.rope_write_kv_attention(
+            q, k, v, positions, cos_sin, layer_cache, slot_mapping,
+            metadata, self.group, self.sinks, self.scale, self.sliding_window,
+        )  # fmt: skip
         return ops.linear(out.flatten(1), self.o_proj.weight, self.o_proj.bias)
 
 
