@@ -1,0 +1,144 @@
+"""A/B of the batch-1 decode fusions on one loaded model, interleaved to cancel drift.
+
+    python benchmarks/fusion_ab.py [--models gpt-oss-120b] [--rounds 2] [--json PATH]
+
+Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the weights load once):
+  all        the defaults: MXFP4 repacked for the fp16 GEMV (model/mxfp4.py LAYOUT_FP16_LANES),
+             RMSNorm in the GEMV prologue (gemv.FUSED_NORM_MAX_M), RoPE + KV write inside
+             attention (attention.FUSE_ROPE_KV)
+  no_layout  the published MXFP4 bit layout (the experts are repacked back in place)
+  no_norm    the two RMSNorms per layer as their own launches
+  no_rope    RoPE + KV write as its own launch
+  none       all three off
+Each variant is timed `--rounds` times in the order of VARIANTS; the
+table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
+copy bandwidth measured here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+
+import torch
+import triton
+from decode_speed import BLOCK, make_seqs, step_bytes, timed_decode
+from timing import copy_bandwidth
+
+from gossamer.kernels import attention, gemv
+from gossamer.model import mxfp4
+from gossamer.model.loader import load_model
+from gossamer.runner.model_runner import ModelRunner
+
+# In this order, so that the experts are repacked twice per round (each repack of 120b's 57 GB of
+# blocks takes a few seconds).
+VARIANTS = {
+    "all": {},
+    "no_norm": {"fused_norm_max_m": 0},
+    "no_rope": {"fuse_rope": False},
+    "no_layout": {"layout": mxfp4.LAYOUT_HF},
+    "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
+}
+
+
+def set_layout(model, layout: str) -> None:
+    """Repack every expert's blocks in place to `layout` (both directions are bit permutations)."""
+    for module in model.modules():
+        current = getattr(module, "blocks_layout", None)
+        if current is None or current == layout or not module.mxfp4:
+            continue
+        convert = (
+            mxfp4.to_fp16_lanes if layout == mxfp4.LAYOUT_FP16_LANES else mxfp4.from_fp16_lanes
+        )
+        for blocks in (module.gate_up_proj_blocks, module.down_proj_blocks):
+            blocks.copy_(convert(blocks))
+        module.blocks_layout = layout
+
+
+def apply(model, variant: dict, defaults: dict) -> None:
+    set_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
+    gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
+    attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
+
+
+def time_variant(model, context: int, steps: int) -> float:
+    runner = ModelRunner(
+        model,
+        num_blocks=2 + 2 * math.ceil((context + steps + 16) / BLOCK),
+        block_size=BLOCK,
+        max_num_seqs=1,
+        max_num_batched_tokens=max(1, 16),
+        cuda_graphs=True,
+        graph_sizes=(1,),
+        warmup=True,
+    )
+    runner.kv_cache.normal_(0, 0.5)
+    seqs = make_seqs(1, context, math.ceil((context + steps + 16) / BLOCK))
+    seconds = timed_decode(runner, seqs, steps)
+    del runner
+    torch.cuda.empty_cache()
+    return seconds
+
+
+def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
+    loaded = load_model(
+        name, load_format="dummy", device="cuda", max_model_len=args.context + args.steps + 32
+    )
+    model, cfg = loaded.model, loaded.config
+    defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV}
+    times = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for variant, changes in VARIANTS.items():
+            apply(model, changes, defaults)
+            seconds = time_variant(model, args.context, args.steps)
+            times[variant].append(seconds)
+            print(f"{name} {variant:10s} {1e3 * seconds:7.3f} ms", flush=True)
+    apply(model, {}, defaults)
+    floor = step_bytes(cfg, 1, args.context + args.steps // 2) / bandwidth
+    rows = []
+    for variant, seconds in times.items():
+        median = statistics.median(seconds)
+        rows.append({"model": name, "variant": variant, "ms": 1e3 * median,
+                     "tok_s": 1 / median, "floor_ms": 1e3 * floor,
+                     "runs_ms": [1e3 * s for s in seconds]})  # fmt: skip
+    del model, loaded
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", default="gpt-oss-120b")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    bandwidth = copy_bandwidth(gib=4)
+    print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        rows += bench(name, args, bandwidth)
+    print("model         variant      ms/step    tok/s  floor_ms")
+    for r in rows:
+        print(f"{r['model']:13s} {r['variant']:10s} {r['ms']:8.3f} {r['tok_s']:8.1f} "
+              f"{r['floor_ms']:8.3f}")  # fmt: skip
+    result = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), "copy_bandwidth_bytes_s": bandwidth,
+              "args": vars(args), "rows": rows}  # fmt: skip
+    path = args.json or (
+        os.path.join(os.environ["OUT"], "fusion_ab.json") if "OUT" in os.environ else None
+    )
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
