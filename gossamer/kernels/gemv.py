@@ -55,10 +55,14 @@ MAX_ROWS = 16  # most x rows one call serves (the MMA column tile grows to 16)
 MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
 COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
 NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT constexpr)
-# `norm_linear` fuses the norm up to this many rows (A/B switch: GOSSAMER_FUSED_NORM=0 turns it off).
+# `norm_linear` fuses the norm up to this many rows (0: the norm kernel, then the GEMV).
 # NOTE: every program reads all M rows of x (+ residual) for the norm, so the prologue's cost grows
 # with M; at 0 or above GEMV_MAX_M the norm is a separate launch again.
-FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "1") != "0" else 0
+# Off by default: measured on the H200 (2026-12-03, benchmarks/fusion_ab.py, 120b batch 1, two
+# interleaved rounds on one machine) the fold made the step slower, 2.51 -> 2.67 ms: each program's
+# prologue (read the rows, reduce) delays its first weight bytes more than the launch it saves.
+# GOSSAMER_FUSED_NORM=1 turns it on (at GEMV_MAX_M rows).
+FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
 NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
 NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
 

@@ -154,6 +154,7 @@ def test_triton_ops_fuses_what_the_gemv_serves(interpreted_ops, monkeypatch):
     fused = []
     real = kernels.norm_linear
     monkeypatch.setattr(kernels, "norm_linear", lambda *args: fused.append(args) or real(*args))
+    monkeypatch.setattr(kernels, "FUSED_NORM_MAX_M", kernels.GEMV_MAX_M)  # on (default: off)
 
     def check(m):
         hidden, residual, norm_weight, weight, bias = _problem(m, 24, 64, torch.float32, seed=m)

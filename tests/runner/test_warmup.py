@@ -138,12 +138,14 @@ for _op in OPS:
 
 
 @contextlib.contextmanager
-def recording(model):
+def recording(model, fused_norm_max_m: int | None = None):
     """The model on RecordingOps with H200 SM counts; yields the launch log."""
     log: list[Launch] = []
     modules = [module for module in model.modules() if hasattr(module, "ops")]
     saved = [module.ops for module in modules]
     with pytest.MonkeyPatch.context() as patch:
+        if fused_norm_max_m is not None:
+            patch.setattr(gemv, "FUSED_NORM_MAX_M", fused_norm_max_m)
         for kernels in (attention, moe_mxfp4, gemv, norm, rope):
             for name, value in vars(kernels).items():
                 if hasattr(value, "fn") and hasattr(value, "run"):  # a @triton.jit function
@@ -202,11 +204,13 @@ class Recorded:
         return set().union(*self.per_step)
 
 
-@pytest.fixture(scope="module")
-def recorded(model) -> Recorded:
+@pytest.fixture(scope="module", params=[0, gemv.GEMV_MAX_M], ids=["norm-launch", "norm-folded"])
+def recorded(model, request) -> Recorded:
+    """Warm-up and then serving, with the RMSNorm as its own launch (the default) and folded into
+    the GEMV prologue (gemv.FUSED_NORM_MAX_M)."""
     runner = make_runner(model)
     per_step: list[set[Launch]] = []
-    with recording(model) as log:
+    with recording(model, fused_norm_max_m=request.param) as log:
         real_dry_run = runner.dry_run
 
         def dry_run(seqs: list[SeqInput]) -> None:
@@ -290,13 +294,16 @@ def test_prefill_attention_and_moe_paths(recorded):
 ROW_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # 1, 2, 4, ... to the max
 
 
-def test_norms_folded_into_the_gemvs_are_warmed_up(recorded):
+def test_norms_folded_into_the_gemvs_are_warmed_up(recorded, request):
     """norm_linear's GEMV prologue (QKV: layer 0 without a residual, the others with one; the
-    router also stores the normed rows) at every row class."""
+    router also stores the normed rows) at every row class, when the fold is on."""
     folded = constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M", "HAS_RESIDUAL",
                         "STORE_NORMED", NORM=True)  # fmt: skip
     kinds = {(False, False), (True, False), (True, True)}
-    assert folded == {(m, *kind) for (m,) in ROW_CLASSES for kind in kinds}
+    if "norm-launch" in request.node.callspec.id:
+        assert folded == set()
+    else:
+        assert folded == {(m, *kind) for (m,) in ROW_CLASSES for kind in kinds}
 
 
 PLAN_HOLES = {
