@@ -1,0 +1,520 @@
+"""Expert-grouped packed-fp16 GEMV for the MXFP4 MoE at decode batches of about 16-128 tokens.
+
+Between the two paths of moe_mxfp4.py: the packed-fp16 GEMV (`moe_mxfp4_decode_fp16`) reads an
+expert once per (token, slot) pair, which costs bytes once experts are shared (64 tokens, top-4
+of 128: 256 pairs on ~111 distinct experts); the grouped tensor-core kernels (v2) read each expert
+once but spend ~3.2 instructions per weight on tiles of 16 rows that hold 1-2 real tokens each.
+This path sorts the pairs by expert (`_expert_schedule`, graph-safe) and gives each program an
+M-tile of up to BLOCK_M pairs of one expert (BLOCK_M 1..8) and a tile of weight rows. Each step
+loads the rows' words once, unpacks every register of two fp16 lanes once, and multiplies it with
+each of the M tokens' x words in one HFMA2 (`_group_dot`: fp16 accumulation within a 32-element
+scale group, then fp32 times the group scale, as the decode GEMV does for one token).
+
+Layout: every tensor of the inner loop is 3-D, [rows, M, words or groups]. Weights are loaded
+as [rows, 1, GROUPS_PER_STEP * 4] (16-byte runs, one scale group per thread) and x through
+pointers broadcast to [rows, M, ...]: Triton orders the dims of both loads (2, 0, 1) by
+contiguity and gives threads and warps to the words and rows first, so the M axis stays in
+registers, a thread holds all M tokens of its (row, group), and the unpacked lanes serve them
+without layout conversions (with M first, the x load spread M over threads and each step paid a
+shared-memory round trip: offline sm_90 SASS, triton 3.6). gate and up share the x words.
+
+Kernels (three launches after routing and the sort, all with PDL where available):
+  1. gate_up: grid (cdiv(INTER, BLOCK_PAIRS), M-tiles). Rows 2j (gate) and 2j+1 (up); epilogue
+     * x_unscale per token, bias, clamped SwiGLU, act stored by pair index as fp16 pair planes
+     scaled by 2^ACT_EXP (the decode GEMV's act format);
+  2. down: grid (cdiv(H, BLOCK_ROWS), M-tiles), the same over the act planes; each pair's output
+     row (+ bias) times its routing weight goes to y [P, H] fp32 by pair index;
+  3. slot sum: out[t] = sum over the top_k slots of y, in x.dtype (deterministic, no atomics).
+The grid's M axis is an upper bound of the real tiles (no host sync); programs past the last tile
+exit at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gossamer.kernels import pdl
+from gossamer.kernels.moe_mxfp4 import (
+    MoEShapeError,
+    _check,
+    _e8m0_scale,
+    _expert_schedule,
+    _expert_tile,
+    _group_dot,
+    _store_act,
+    _swiglu,
+    act_exponent,
+    layout_code,
+    route_fp16,
+)
+from gossamer.ops.base import ExpertWeights
+
+# Launch configurations: BLOCK_PAIRS (gate_up: intermediate pairs, i.e. 2x as many rows) /
+# BLOCK_ROWS (down: output rows, taken two per thread) per program; GROUPS_PER_STEP scale groups
+# (32 elements, 16 bytes per row) per step; NUM_STAGES 0 for a register double buffer of the
+# words, >= 2 for tl.range pipelining through shared memory; SPECIALIZE (see the kernels' note).
+# A thread takes one 16-byte run (row pair, group) per step or more: a tile with fewer runs than
+# threads would share runs between threads and convert layouts through shared memory, so such
+# configs are refused (_check_config).
+# SASS compiled offline (sm_90, triton 3.6, benchmarks/moe_grouped_gemv_sass.py), instructions
+# per weight and token in the main loops, gate_up / down, at M = 1, 2, 4, 8 token slots:
+# 2.53 / 2.55, 1.70 / 1.70, 1.21 / 1.21, 1.02 / 1.00 (registers 46, 70, 128, 228); the decode
+# GEMV takes 2.53 / 3.09 per weight and pair, the fp16 HFMA2s alone 0.5 per weight and token.
+# Starting points: benchmarks/moe_grouped_gemv_sweep.py sweeps them on the H200.
+GEMV_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "SPECIALIZE": 1,
+                "num_warps": 4}  # fmt: skip
+GEMV_DOWN = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "SPECIALIZE": 1,
+             "num_warps": 4}  # fmt: skip
+# Slot-sum kernel: output columns per program.
+_SUM_BLOCK = 1024
+# Token slots per M-tile (the largest body with SPECIALIZE), by pairs per call: (most pairs,
+# BLOCK_M) in order, the last entry for everything above. A starting point for the sweep: tiles
+# of one slot while experts rarely share a token (T * k <= E / 4), then 2, then 4 (8 would set
+# every tile's registers to ~228, two programs of 4 warps per SM).
+BLOCK_M_BY_PAIRS = ((32, 1), (128, 2), (1 << 62, 4))
+MAX_BLOCK_M = 8
+
+
+def default_block_m(num_pairs: int, num_experts: int) -> int:
+    """Token slots per M-tile from BLOCK_M_BY_PAIRS (pairs scaled to 128 experts)."""
+    per_128_experts = num_pairs * 128 // num_experts
+    return next(block_m for most, block_m in BLOCK_M_BY_PAIRS if per_128_experts <= most)
+
+
+def max_m_tiles(num_pairs: int, num_experts: int, block_m: int) -> int:
+    """An upper bound of sum over experts of cdiv(count, block_m) for any routing of num_pairs
+    pairs: each non-empty expert (at most min(E, P)) adds less than one tile to P / block_m."""
+    busy = min(num_experts, num_pairs)
+    return (num_pairs + busy * (block_m - 1)) // block_m
+
+
+@triton.jit
+def _tile_pairs(sorted_pairs_ptr, row_start, row_end, M: tl.constexpr):
+    """(pair index [M], valid [M]) of the sorted rows row_start .. row_start + M (valid below
+    row_end). Invalid slots get pair 0 (in bounds; their results are never stored)."""
+    sorted_row = row_start + tl.arange(0, M)
+    valid = sorted_row < row_end
+    return tl.load(sorted_pairs_ptr + sorted_row, mask=valid, other=0), valid
+
+
+@triton.jit
+def _rows_times_tokens(
+    w_ptrs,  # [R, 1, GB * 4] int32 pointers: the first words of R weight rows
+    s_ptrs,  # [GB, 1, R] uint8 pointers: their first scales, dims reversed (_scales)
+    x_ptrs,  # [R, M, GB * 4] int32 pointers: pair plane 0 of the M tokens' x (broadcast over R)
+    scale_step,
+    G: tl.constexpr,  # scale groups per row
+    GB: tl.constexpr,  # scale groups per step
+    PLANE: tl.constexpr,  # int32 words per pair plane of x
+    SECOND: tl.constexpr,  # also the rows right after these (gate_up's up rows)
+    NUM_STAGES: tl.constexpr,
+    LAYOUT: tl.constexpr,
+):
+    """Per-group dot products of R weight rows (and, with SECOND, of the next row of each) with M
+    tokens -> (first, second) fp32 [R, M, GB], summed over the steps (second is zeros without
+    SECOND). Whole steps run unmasked; a last partial step runs after the loop, masked."""
+    G_FULL: tl.constexpr = G // GB * GB
+    kw = tl.arange(0, GB * 4)[None, None, :]
+    first = tl.zeros([w_ptrs.shape[0], x_ptrs.shape[1], GB], tl.float32)
+    second = tl.zeros([w_ptrs.shape[0], x_ptrs.shape[1], GB], tl.float32)
+    if NUM_STAGES == 0:
+        # Register double buffer: the words of the next step are loaded before this one is
+        # computed. Masked weight lanes stay undefined: any bits decode to a finite value, and
+        # they meet zero x words (as in the decode GEMV).
+        next_a = tl.load(w_ptrs, mask=kw < G * 4)
+        next_b = next_a
+        if SECOND:
+            next_b = tl.load(w_ptrs + G * 4, mask=kw < G * 4)
+        for g0 in range(0, G_FULL, GB):
+            words_a = next_a
+            words_b = next_b
+            ahead = (g0 + GB) * 4
+            next_a = tl.load(w_ptrs + ahead, mask=ahead + kw < G * 4)
+            if SECOND:
+                next_b = tl.load(w_ptrs + G * 4 + ahead, mask=ahead + kw < G * 4)
+            first, second = _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step, g0,
+                                  G, GB, PLANE, SECOND, False, LAYOUT)  # fmt: skip
+        if G_FULL < G:
+            first, second = _step(first, second, next_a, next_b, s_ptrs, x_ptrs, scale_step,
+                                  G_FULL, G, GB, PLANE, SECOND, True, LAYOUT)  # fmt: skip
+    else:  # Triton's pipeliner keeps NUM_STAGES - 1 steps of words in flight (async copies)
+        for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
+            words_a = tl.load(w_ptrs + g0 * 4)
+            words_b = words_a
+            if SECOND:
+                words_b = tl.load(w_ptrs + G * 4 + g0 * 4)
+            first, second = _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step, g0,
+                                  G, GB, PLANE, SECOND, False, LAYOUT)  # fmt: skip
+        if G_FULL < G:
+            words_a = tl.load(w_ptrs + G_FULL * 4, mask=G_FULL * 4 + kw < G * 4)
+            words_b = words_a
+            if SECOND:
+                words_b = tl.load(w_ptrs + G * 4 + G_FULL * 4, mask=G_FULL * 4 + kw < G * 4)
+            first, second = _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step,
+                                  G_FULL, G, GB, PLANE, SECOND, True, LAYOUT)  # fmt: skip
+    return first, second
+
+
+@triton.jit
+def _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step, g0, G: tl.constexpr,
+          GB: tl.constexpr, PLANE: tl.constexpr, SECOND: tl.constexpr, MASKED: tl.constexpr,
+          LAYOUT: tl.constexpr):  # fmt: skip
+    """One step of GB groups from group g0: scales, x words, packed-fp16 dot products."""
+    if MASKED:  # the last partial step: groups past G meet zero x words
+        x_mask = (g0 * 4 + tl.arange(0, GB * 4) < G * 4)[None, None, :]
+        s_mask = (g0 + tl.arange(0, GB) < G)[:, None, None]
+    else:  # all true: a splat constant, which the compiler drops from the loads
+        x_mask = tl.full([1, 1, GB * 4], 1, tl.int1)
+        s_mask = tl.full([1, 1, 1], 1, tl.int1)
+    xp = x_ptrs + g0 * 4
+    scales = s_ptrs + g0 * scale_step
+    first = _scaled_dot(first, words_a, scales, s_mask, xp, x_mask, GB, PLANE, LAYOUT)
+    if SECOND:
+        second = _scaled_dot(second, words_b, scales + G, s_mask, xp, x_mask, GB, PLANE, LAYOUT)
+    return first, second
+
+
+@triton.jit
+def _scaled_dot(acc, words, s_ptrs, s_mask, x_ptrs, x_mask, GB: tl.constexpr,
+                PLANE: tl.constexpr, LAYOUT: tl.constexpr):  # fmt: skip
+    """acc [R, M, GB] fp32 += the group sums of words [R, 1, GB * 4] with the M tokens' x words,
+    each times its group's scale."""
+    tile = tl.reshape(words, (words.shape[0], 1, GB, 4))
+    scale = tl.permute(_e8m0_scale(tl.load(s_ptrs, mask=s_mask)), (2, 1, 0))  # [R, 1, GB]
+    return acc + _group_dot(tile, x_ptrs, x_mask, PLANE, LAYOUT) * scale
+
+
+@triton.jit
+def _scales(scales_ptr, rows, scale_step, G: tl.constexpr, GB: tl.constexpr):
+    """[GB, 1, R] pointers to the first GB scales of `rows` (global row indices), dims reversed.
+
+    NOTE: with scale_step unknown at compile time no dim looks contiguous, and Triton 3.6 then
+    gives the load's lanes and warps to the dims in the order written: groups first, then rows,
+    as the words' load does. Permuted back to [R, 1, GB] after the load, the scales have the
+    layout of the group sums they multiply (in the written order the loop converted them
+    through shared memory every step: offline sm_90 SASS)."""
+    return scales_ptr + tl.arange(0, GB)[:, None, None] * scale_step + rows[None, None, :] * G
+
+
+# NOTE on tile sizes: a tile's code runs all M token slots whether or not pairs fill them, so
+# with SPECIALIZE each kernel holds one copy of its body per size 1, 2, 4, .. BLOCK_M and a tile
+# runs the smallest that covers its pairs (a branch per program, uniform across it). The
+# registers are those of the largest copy.
+
+
+@triton.jit(do_not_specialize=["scale_step"])
+def _gemv_gate_up_kernel(
+    x_ptr,  # [T, H/2] int32: x * 2^e_t as fp16 pair planes (route_fp16)
+    x_unscale_ptr,  # [T] fp32: 2^-e_t
+    sorted_pairs_ptr,  # [P] int32: pair index (token * TOP_K + slot) in expert order
+    counts_ptr,  # [E] int32 pairs per expert
+    offsets_ptr,  # [E] int32 first sorted row of each expert
+    tile_ends_ptr,  # [E] int32 cumulative M-tile count
+    words_ptr,  # [E, 2I, H/32, 4] int32
+    scales_ptr,  # [E, 2I, H/32] uint8
+    bias_ptr,  # [E, 2I]
+    act_ptr,  # [P, INTER] fp16 out, by pair index: act * 2^ACT_EXP as pair planes
+    limit,
+    alpha,
+    scale_step,  # 1 at run time, not specialized (see _scales)
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    ACT_EXP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_PAIRS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
+    SPECIALIZE: tl.constexpr = True,  # a body per tile size (see the note above)
+    PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
+    LAYOUT: tl.constexpr = 0,  # moe_mxfp4.LAYOUT_HF or LAYOUT_FP16_LANES
+):
+    pdl.wait(PDL)  # the schedule and x come from the kernels just before
+    expert, start, end = _expert_tile(
+        tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+    )
+    if expert >= E:
+        return
+    expert = expert.to(tl.int64)
+    rows = end - start
+    if not SPECIALIZE or BLOCK_M == 1:
+        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
+                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
+                      ACT_EXP, BLOCK_M, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    elif rows <= 1:
+        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
+                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
+                      ACT_EXP, 1, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    elif BLOCK_M == 2 or rows <= 2:
+        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
+                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
+                      ACT_EXP, 2, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    elif BLOCK_M == 4 or rows <= 4:
+        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
+                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
+                      ACT_EXP, 4, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    else:
+        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
+                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
+                      ACT_EXP, 8, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+
+
+@triton.jit
+def _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
+                  scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H: tl.constexpr,
+                  INTER: tl.constexpr, TOP_K: tl.constexpr, ACT_EXP: tl.constexpr,
+                  M: tl.constexpr, BLOCK_PAIRS: tl.constexpr, GB: tl.constexpr,
+                  NUM_STAGES: tl.constexpr, LAYOUT: tl.constexpr):  # fmt: skip
+    """gate_up for the sorted rows start .. start + M (below end) of one expert."""
+    G: tl.constexpr = H // 32
+    pair, valid = _tile_pairs(sorted_pairs_ptr, start, end, M)
+    token = pair // TOP_K  # [M]
+    j = tl.program_id(0) * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)  # rows 2j (gate), 2j+1 (up)
+    j_ok = j < INTER
+    # rows past the end are clamped (valid rows, never stored): no masks in the loop
+    gate_rows = expert * (2 * INTER) + 2 * tl.minimum(j, INTER - 1)
+    kw = tl.arange(0, GB * 4)  # the words of a step along one axis: 16-byte runs per row
+    w_ptrs = words_ptr + gate_rows[:, None, None] * (G * 4) + kw[None, None, :]  # [BP, 1, GB*4]
+    x_ptrs = x_ptr + token[None, :, None] * (H // 2) + kw[None, None, :]  # [1, M, GB * 4]
+    # NOTE: broadcast to the weight tile's rows so that the load takes the words' layout (each
+    # thread loads the x words of its own groups for all M tokens; see the module docstring).
+    x_ptrs = tl.broadcast_to(x_ptrs, (BLOCK_PAIRS, M, GB * 4))
+    s_ptrs = _scales(scales_ptr, gate_rows, scale_step, G, GB)
+    acc_gate, acc_up = _rows_times_tokens(w_ptrs, s_ptrs, x_ptrs, scale_step, G, GB, H // 8,
+                                          True, NUM_STAGES, LAYOUT)  # fmt: skip
+
+    x_unscale = tl.load(x_unscale_ptr + token)[None, :]  # [1, M]
+    bias_row = bias_ptr + expert * (2 * INTER) + 2 * j
+    gate = tl.sum(acc_gate, axis=2) * x_unscale  # [BP, M]
+    gate += tl.load(bias_row, mask=j_ok, other=0.0).to(tl.float32)[:, None]
+    up = tl.sum(acc_up, axis=2) * x_unscale
+    up += tl.load(bias_row + 1, mask=j_ok, other=0.0).to(tl.float32)[:, None]
+    store_ok = j_ok[:, None] & valid[None, :]  # [BP, M]
+    act = _swiglu(gate, up, limit, alpha)
+    _store_act(act_ptr, pair[None, :], j[:, None], store_ok, act, INTER, ACT_EXP)
+
+
+@triton.jit(do_not_specialize=["scale_step"])
+def _gemv_down_kernel(
+    act_ptr,  # [P, INTER/2] int32: act * 2^ACT_EXP as fp16 pair planes, by pair index
+    sorted_pairs_ptr,  # [P] int32
+    route_w_ptr,  # [P] fp32, by pair index
+    counts_ptr,
+    offsets_ptr,
+    tile_ends_ptr,
+    words_ptr,  # [E, H, INTER/32, 4] int32
+    scales_ptr,  # [E, H, INTER/32] uint8
+    bias_ptr,  # [E, H]
+    y_ptr,  # [P, H] fp32 out, by pair index: routing weight * (expert output + bias)
+    scale_step,  # 1, not specialized (see _scales)
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    ACT_EXP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    GROUPS_PER_STEP: tl.constexpr,
+    NUM_STAGES: tl.constexpr = 0,
+    SPECIALIZE: tl.constexpr = True,
+    PDL: tl.constexpr = False,
+    LAYOUT: tl.constexpr = 0,
+):
+    pdl.wait(PDL)  # the activations come from gate_up
+    expert, start, end = _expert_tile(
+        tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+    )
+    if expert >= E:
+        return
+    expert = expert.to(tl.int64)
+    rows = end - start
+    if not SPECIALIZE or BLOCK_M == 1:  # the size ladder of the gate_up kernel
+        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
+                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, BLOCK_M,
+                   BLOCK_ROWS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    elif rows <= 1:
+        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
+                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 1, BLOCK_ROWS,
+                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    elif BLOCK_M == 2 or rows <= 2:
+        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
+                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 2, BLOCK_ROWS,
+                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    elif BLOCK_M == 4 or rows <= 4:
+        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
+                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 4, BLOCK_ROWS,
+                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    else:
+        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
+                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 8, BLOCK_ROWS,
+                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+
+
+@triton.jit
+def _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
+               scales_ptr, bias_ptr, y_ptr, scale_step, H: tl.constexpr, INTER: tl.constexpr,
+               ACT_EXP: tl.constexpr, M: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+               GB: tl.constexpr, NUM_STAGES: tl.constexpr, LAYOUT: tl.constexpr):  # fmt: skip
+    """down for the sorted rows start .. start + M (below end) of one expert. A thread takes
+    output rows 2i and 2i + 1 (as gate_up takes a gate and an up row): one load of the x words
+    serves both."""
+    G: tl.constexpr = INTER // 32
+    pair, valid = _tile_pairs(sorted_pairs_ptr, start, end, M)
+    even = tl.program_id(0) * BLOCK_ROWS + 2 * tl.arange(0, BLOCK_ROWS // 2)  # rows 2i
+    rows = expert * H + tl.minimum(even, H - 2)  # clamped, as in gate_up (H is even)
+    kw = tl.arange(0, GB * 4)
+    w_ptrs = words_ptr + rows[:, None, None] * (G * 4) + kw[None, None, :]  # [BN/2, 1, GB * 4]
+    x_ptrs = act_ptr + pair[None, :, None] * (INTER // 2) + kw[None, None, :]  # [1, M, GB * 4]
+    x_ptrs = tl.broadcast_to(x_ptrs, (BLOCK_ROWS // 2, M, GB * 4))  # as in gate_up
+    s_ptrs = _scales(scales_ptr, rows, scale_step, G, GB)
+    acc_even, acc_odd = _rows_times_tokens(w_ptrs, s_ptrs, x_ptrs, scale_step, G, GB,
+                                           INTER // 8, True, NUM_STAGES, LAYOUT)  # fmt: skip
+    both = tl.join(tl.sum(acc_even, axis=2), tl.sum(acc_odd, axis=2))  # [BN/2, M, 2]
+    acc = tl.reshape(tl.permute(both, (0, 2, 1)), (BLOCK_ROWS, M))  # output rows in order
+
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < H
+    bias = tl.load(bias_ptr + expert * H + row, mask=row_ok, other=0.0).to(tl.float32)
+    route_w = tl.load(route_w_ptr + pair, mask=valid, other=0.0)
+    y = (acc * (2.0**-ACT_EXP) + bias[:, None]) * route_w[None, :]  # [BN, M]
+    tl.store(
+        y_ptr + pair[None, :].to(tl.int64) * H + row[:, None],
+        y,
+        mask=row_ok[:, None] & valid[None, :],
+    )
+
+
+@triton.jit
+def _slot_sum_kernel(
+    y_ptr,  # [T, TOP_K, H] fp32
+    out_ptr,  # [T, H] out
+    H: tl.constexpr,
+    TOP_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    """out[t] = the sum of token t's TOP_K slot rows, in out's dtype (fixed order: deterministic)."""
+    token = tl.program_id(0).to(tl.int64)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = col < H
+    pdl.wait(PDL)
+    total = tl.zeros([BLOCK], tl.float32)
+    for slot in tl.static_range(TOP_K):
+        total += tl.load(y_ptr + (token * TOP_K + slot) * H + col, mask=col_ok, other=0.0)
+    tl.store(out_ptr + token * H + col, total.to(out_ptr.dtype.element_ty), mask=col_ok)
+
+
+def moe_mxfp4_grouped_gemv(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    block_m: int | None = None,
+    gate_up_config: dict[str, int] | None = None,
+    down_config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """`Ops.moe` for MXFP4 experts through the expert-grouped packed-fp16 GEMV (module docstring):
+    x [T, H], router_logits [T, E] -> [T, H] in x.dtype. No host syncs, allocations sized by
+    shapes only (CUDA-graph capturable). block_m (a power of two, 1..MAX_BLOCK_M) and the configs
+    override default_block_m / GEMV_GATE_UP / GEMV_DOWN."""
+    num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
+    if not experts.is_mxfp4:
+        raise MoEShapeError("the grouped GEMV needs MXFP4 experts")
+    if not 0.0 < swiglu_limit < 1e4:
+        raise MoEShapeError(f"the fp16 GEMV needs a finite SwiGLU limit, got {swiglu_limit}")
+    num_pairs = num_tokens * top_k
+    block_m = block_m or default_block_m(num_pairs, num_experts)
+    if not 1 <= block_m <= MAX_BLOCK_M or block_m & (block_m - 1):
+        raise MoEShapeError(f"block_m must be a power of two in 1..{MAX_BLOCK_M}, got {block_m}")
+    gu = _check_config(gate_up_config or GEMV_GATE_UP, "BLOCK_PAIRS", 1)
+    dn = _check_config(down_config or GEMV_DOWN, "BLOCK_ROWS", 2)
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    if num_tokens == 0:
+        return out
+    ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x)
+    schedule = _expert_schedule(ids, num_experts, block_m)
+    common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
+              "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
+              **pdl.launch_options(x.device)}  # fmt: skip
+    grid_m = max_m_tiles(num_pairs, num_experts, block_m)
+    act = gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha, grid_m,
+                  common, gu)  # fmt: skip
+    y = down(act, schedule, route_w, experts, hidden, grid_m, common, dn)
+    slot_sum(y, out, top_k)
+    return out
+
+
+def _check_config(config: dict, rows_key: str, rows_per_thread: int) -> dict:
+    """The config if every thread gets a 16-byte run of its own (see GEMV_GATE_UP)."""
+    runs = config[rows_key] // rows_per_thread * config["GROUPS_PER_STEP"]
+    threads = 32 * config["num_warps"]
+    if runs < threads or config["GROUPS_PER_STEP"] > 32:
+        raise MoEShapeError(
+            f"{config}: {runs} runs of 16 bytes per step for {threads} threads (at least one "
+            f"each, and at most 32 groups per step)"
+        )
+    return config
+
+
+Schedule = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # _expert_schedule's
+
+
+def gate_up(
+    x_h: torch.Tensor,
+    x_unscale: torch.Tensor,
+    schedule: Schedule,
+    experts: ExpertWeights,
+    top_k: int,
+    limit: float,
+    alpha: float,
+    grid_m: int,
+    common: dict,
+    config: dict,
+) -> torch.Tensor:
+    """The gate_up kernel -> act [P, I] fp16 by pair index (pair planes, * 2^ACT_EXP)."""
+    num_pairs, inter = schedule[0].shape[0], experts.gate_up_bias.shape[1] // 2
+    act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
+    _gemv_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), grid_m)](
+        x_h.view(torch.int32), x_unscale, *schedule, experts.gate_up_blocks.view(torch.int32),
+        experts.gate_up_scales, experts.gate_up_bias.contiguous(), act, float(limit),
+        float(alpha), 1, H=x_h.shape[1], INTER=inter, TOP_K=top_k, **common, **config,
+    )  # fmt: skip
+    return act
+
+
+def down(
+    act: torch.Tensor,
+    schedule: Schedule,
+    route_w: torch.Tensor,
+    experts: ExpertWeights,
+    hidden: int,
+    grid_m: int,
+    common: dict,
+    config: dict,
+) -> torch.Tensor:
+    """The down kernel -> y [P, H] fp32 by pair index (routing weight * (expert output + bias))."""
+    num_pairs, inter = act.shape
+    y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=act.device)
+    sorted_pairs, counts, offsets, tile_ends = schedule
+    _gemv_down_kernel[(triton.cdiv(hidden, config["BLOCK_ROWS"]), grid_m)](
+        act.view(torch.int32), sorted_pairs, route_w, counts, offsets, tile_ends,
+        experts.down_blocks.view(torch.int32), experts.down_scales,
+        experts.down_bias.contiguous(), y, 1, H=hidden, INTER=inter, **common, **config,
+    )  # fmt: skip
+    return y
+
+
+def slot_sum(y: torch.Tensor, out: torch.Tensor, top_k: int) -> None:
+    """out [T, H] = y [T * k, H] summed over each token's k slots, in out's dtype."""
+    num_tokens, hidden = out.shape
+    block = min(_SUM_BLOCK, triton.next_power_of_2(hidden))
+    _slot_sum_kernel[(num_tokens, triton.cdiv(hidden, block))](
+        y, out, H=hidden, TOP_K=top_k, BLOCK=block, num_warps=4, **pdl.launch_options(out.device)
+    )

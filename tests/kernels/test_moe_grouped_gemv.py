@@ -1,0 +1,246 @@
+"""The expert-grouped packed-fp16 MoE GEMV (gossamer/kernels/moe_grouped_gemv.py) against
+TorchOps().moe.
+
+CPU tests run the kernels in the Triton interpreter on tiny fp32/fp16 problems: hidden 160 (5
+scale groups: whole steps and a partial one, or only a partial one when a step is longer than
+the row) and intermediate 96 (3 groups), 8 experts, with the helpers of test_moe_mxfp4.py. They
+cover token counts 1..40, tiles of 1..8 token slots with and without the per-size bodies, crowded
+experts (several M-tiles of one expert, the last one partial), empty experts, both bit layouts,
+both loop forms, row tiles past the end of the rows, fp16 activations. GPU tests (`-m gpu`) use
+gpt-oss-120b shapes in bf16 and a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+import torch
+
+from tests.kernels import interpreted
+from tests.kernels.interpreted import ON_GPU
+from tests.kernels.test_moe_mxfp4 import (
+    ALPHA,
+    FP16_TOLERANCE,
+    LIMIT,
+    _assert_close_120b,
+    _dense,
+    _experts,
+    _fp16_lanes,
+    _inputs,
+    _inputs_120b,
+    _reference,
+    _relative_error,
+    experts_120b,
+)
+
+
+@pytest.fixture
+def gemv(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """gossamer.kernels.moe_grouped_gemv as this machine can run it. Its kernels call jit helpers
+    of moe_mxfp4, so without a GPU the interpreted copy is built over interpreted copies of both
+    moe_mxfp4 and pdl (tests/kernels/interpreted.py swaps HELPER_MODULES in while it loads)."""
+    if ON_GPU:
+        yield importlib.import_module("gossamer.kernels.moe_grouped_gemv")
+        return
+    importlib.import_module("gossamer.kernels.moe_mxfp4")  # the regular module, in its own mode
+    monkeypatch.setattr(interpreted, "HELPER_MODULES", (*interpreted.HELPER_MODULES, "moe_mxfp4"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    yield interpreted.load_interpreted("moe_grouped_gemv")
+
+
+HIDDEN, INTER, EXPERTS = 160, 96, 8
+
+
+def _configs(
+    pairs: int = 128, rows: int = 256, groups: int = 4, stages: int = 0, specialize: int = 1
+) -> dict:
+    """One program per row tile covers the rows (96 pairs, 160 rows: clamped rows past the
+    ends) and steps are long, so the interpreter runs few programs and few steps (it pays for
+    every jit call); 4 groups per step: 5 = 4 + a partial step, 3 = a partial step alone."""
+    common = {"GROUPS_PER_STEP": groups, "NUM_STAGES": stages, "SPECIALIZE": specialize,
+              "num_warps": 1}  # fmt: skip
+    return {
+        "gate_up_config": {"BLOCK_PAIRS": pairs} | common,
+        "down_config": {"BLOCK_ROWS": rows} | common,
+    }
+
+
+def _error(gemv, tokens: int, top_k: int, seed: int, experts=None, block_m=None, **config):
+    """Relative error against the reference on the published layout (experts: the words the
+    kernels read, default: random experts in the published layout)."""
+    published = _experts(EXPERTS, HIDDEN, INTER, seed=70)
+    x, logits = _inputs(tokens, HIDDEN, EXPERTS, seed=seed)
+    out = gemv.moe_mxfp4_grouped_gemv(
+        x, logits, experts or published, top_k, LIMIT, ALPHA, block_m, **(config or _configs())
+    )
+    assert out.shape == x.shape and out.dtype == x.dtype
+    return _relative_error(out, _reference(x, logits, published, top_k))
+
+
+@pytest.mark.parametrize("tokens,block_m", [(1, 1), (5, 2), (17, 4), (40, 8), (17, None)])
+def test_matches_reference(gemv, tokens, block_m):
+    """Token counts 1..40 (top-4 of 8 experts: up to 20 pairs per expert, so several tiles of one
+    expert), per-size bodies up to block_m; None: default_block_m."""
+    assert _error(gemv, tokens, 4, seed=71 + tokens, block_m=block_m) < FP16_TOLERANCE
+
+
+@pytest.mark.parametrize("block_m,specialize", [(4, 0), (8, 0), (8, 1)])
+def test_crowded_and_empty_experts(gemv, block_m, specialize):
+    """Every token on experts 5 and 2 (17 pairs each: tiles of 4 or 8 and a last tile of one),
+    six experts without tokens; one body of block_m slots or the per-size bodies."""
+    experts = _experts(EXPERTS, HIDDEN, INTER, seed=72)
+    x, logits = _inputs(17, HIDDEN, EXPERTS, seed=73)
+    logits[:, 5] += 50.0
+    logits[:, 2] += 40.0
+    config = _configs(specialize=specialize)
+    out = gemv.moe_mxfp4_grouped_gemv(x, logits, experts, 2, LIMIT, ALPHA, block_m, **config)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < FP16_TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "tokens,groups,stages,pairs,rows",
+    [
+        (2, 2, 0, 32, 64),  # 5 groups = 2 whole steps + 1, 3 = 1 + 1; row tiles that end at I
+        (3, 8, 0, 64, 64),  # a step longer than the row: only the masked partial step
+        (3, 4, 3, 128, 256),  # tl.range pipelining: 5 = 4 + 1; 3 = the partial step alone
+        (1, 1, 2, 64, 128),  # tl.range over whole steps only; row tiles past the ends (96, 160)
+    ],
+)
+def test_partial_steps_and_loop_forms(gemv, tokens, groups, stages, pairs, rows):
+    config = _configs(pairs=pairs, rows=rows, groups=groups, stages=stages)
+    assert _error(gemv, tokens, 4, seed=74, block_m=2, **config) < FP16_TOLERANCE
+
+
+@pytest.mark.parametrize("tokens,block_m", [(3, 1), (17, 4)])
+def test_reads_the_repacked_layout(gemv, tokens, block_m):
+    """LAYOUT_FP16_LANES words (the GPU layout) against the reference on the published ones."""
+    repacked = _fp16_lanes(_experts(EXPERTS, HIDDEN, INTER, seed=70))
+    assert _error(gemv, tokens, 4, seed=76, experts=repacked, block_m=block_m) < FP16_TOLERANCE
+
+
+def test_float16_activations(gemv):
+    experts = _experts(EXPERTS, HIDDEN, INTER, seed=77)
+    x, logits = _inputs(6, HIDDEN, EXPERTS, seed=78)
+    x, logits = x.half(), logits.half()
+    out = gemv.moe_mxfp4_grouped_gemv(x, logits, experts, 3, LIMIT, ALPHA, 2, **_configs())
+    ref = _reference(x, logits, experts, 3)
+    assert out.dtype == torch.float16
+    assert _relative_error(out, ref) < FP16_TOLERANCE
+
+
+def test_no_tokens(gemv):
+    experts = _experts(4, 64, 64, seed=79)
+    x, logits = _inputs(0, 64, 4, seed=80)
+    assert gemv.moe_mxfp4_grouped_gemv(x, logits, experts, 2, LIMIT, ALPHA).shape == (0, 64)
+
+
+def test_refuses_what_it_cannot_run(gemv):
+    experts = _experts(4, 64, 64, seed=81)
+    x, logits = _inputs(2, 64, 4, seed=82)
+    args = (x, logits, experts, 2)
+    with pytest.raises(gemv.MoEShapeError, match="MXFP4"):
+        gemv.moe_mxfp4_grouped_gemv(x, logits, _dense(experts), 2, LIMIT, ALPHA)
+    with pytest.raises(gemv.MoEShapeError, match="finite"):
+        gemv.moe_mxfp4_grouped_gemv(*args, float("inf"), ALPHA)
+    with pytest.raises(gemv.MoEShapeError, match="block_m"):
+        gemv.moe_mxfp4_grouped_gemv(*args, LIMIT, ALPHA, block_m=3)
+    with pytest.raises(gemv.MoEShapeError, match="runs of 16 bytes"):  # 32 runs, 128 threads
+        config = _configs() | {"gate_up_config": gemv.GEMV_GATE_UP | {"BLOCK_PAIRS": 4}}
+        gemv.moe_mxfp4_grouped_gemv(*args, LIMIT, ALPHA, **config)
+
+
+def test_tile_bound_holds_for_any_routing(gemv):
+    """max_m_tiles bounds sum over experts of cdiv(count, block_m), the tiles the kernels index
+    (the grid cannot depend on the routing): random and extreme count vectors."""
+    rng = random.Random(0)
+    for _ in range(2000):
+        experts, block_m = rng.choice([8, 32, 128]), rng.choice([1, 2, 4, 8])
+        pairs = rng.randint(1, 600)
+        counts = [0] * experts
+        spread = rng.randint(1, experts)  # how many experts the pairs may land on
+        for _ in range(pairs):
+            counts[rng.randrange(spread)] += 1
+        tiles = sum(-(-c // block_m) for c in counts)
+        assert tiles <= gemv.max_m_tiles(pairs, experts, block_m)
+    # every pair on its own expert: the bound is tight
+    assert gemv.max_m_tiles(100, 128, 4) == 100
+
+
+def test_default_block_m(gemv):
+    assert gemv.default_block_m(32, 128) == 1  # T = 8, top-4 of 128
+    assert gemv.default_block_m(64, 128) == 2
+    assert gemv.default_block_m(256, 128) == 4
+    assert gemv.default_block_m(4096, 128) == 4
+    assert gemv.default_block_m(64, 32) == 4  # 20b's 32 experts: as 256 pairs of 128
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU: gpt-oss-120b shapes in bf16
+# ------------------------------------------------------------------------------------------------
+
+TOP_K_120B = 4
+
+
+@pytest.fixture(scope="module")
+def experts_120b_lanes():
+    """test_moe_mxfp4's random 120b experts (published layout) and their repacked copy."""
+    published = experts_120b.__wrapped__()  # the fixture's function
+    return published, _fp16_lanes(published)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [16, 32, 64])
+@pytest.mark.parametrize("repacked", [False, True])
+def test_gpu_120b_matches_reference(gemv, experts_120b_lanes, tokens, repacked):
+    """Default configs and block_m, both bit layouts, against the fp32 reference."""
+    published, lanes = experts_120b_lanes
+    experts = lanes if repacked else published
+    x, logits = _inputs_120b(tokens, seed=500 + tokens)
+    out = gemv.moe_mxfp4_grouped_gemv(x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(out, _reference(x, logits, published, TOP_K_120B))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_m,specialize,stages", [(1, 1, 0), (2, 0, 0), (4, 1, 3), (8, 1, 0)])
+def test_gpu_120b_tile_sizes(gemv, experts_120b_lanes, block_m, specialize, stages):
+    published, lanes = experts_120b_lanes
+    x, logits = _inputs_120b(64, seed=600 + block_m)
+    changes = {"SPECIALIZE": specialize, "NUM_STAGES": stages}
+    out = gemv.moe_mxfp4_grouped_gemv(
+        x, logits, lanes, TOP_K_120B, LIMIT, ALPHA, block_m=block_m,
+        gate_up_config=gemv.GEMV_GATE_UP | changes, down_config=gemv.GEMV_DOWN | changes,
+    )  # fmt: skip
+    _assert_close_120b(out, _reference(x, logits, published, TOP_K_120B))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [16, 64])
+def test_gpu_cuda_graph_replay(gemv, experts_120b_lanes, tokens):
+    """Captured in a CUDA graph (no host syncs), replayed on new inputs: the same bits as an eager
+    call (no atomics: the slot sum has a fixed order)."""
+    experts = experts_120b_lanes[1]
+    x, logits = _inputs_120b(tokens, seed=700 + tokens)
+    static_x, static_logits = x.clone(), logits.clone()
+
+    def step():
+        return gemv.moe_mxfp4_grouped_gemv(static_x, static_logits, experts, 4, LIMIT, ALPHA)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+    new_x, new_logits = _inputs_120b(tokens, seed=800 + tokens)
+    static_x.copy_(new_x)
+    static_logits.copy_(new_logits)
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = gemv.moe_mxfp4_grouped_gemv(new_x, new_logits, experts, 4, LIMIT, ALPHA)
+    assert torch.equal(static_out, expected)
