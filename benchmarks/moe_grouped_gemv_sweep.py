@@ -17,7 +17,8 @@ reference (ok: norm-wise relative error < 1e-2).
      kernel configs; then gate_up configs (down at its default, the best block_m), then down
      configs; the best of each confirmed at every --tokens;
   3. breakdown at the first --sweep-tokens: graph times of the call's prefixes (routing, + the
-     sort, + gate_up, + down, + the slot sum), so each stage's share shows.
+     sort, + gate_up, + down, + the slot sum), so each stage's share shows; the sort both as
+     moe_mxfp4's torch ops and as the one-launch expert_schedule the path uses.
 Each config compiles once (the token count is not a kernel constant); a failing config (e.g. one
 that does not compile) is printed and skipped.
 """
@@ -179,11 +180,13 @@ def breakdown(bench: Bench, tokens: int) -> None:
               **pdl.launch_options(experts.gate_up_blocks.device)}  # fmt: skip
     grid_m = gemv.max_m_tiles(tokens * TOP_K, num_experts, block_m)
 
-    def prefix(stages: int):
+    def prefix(stages: int, torch_sort: bool = False):
+        sort = moe._expert_schedule if torch_sort else gemv.expert_schedule
+
         def fn(x, logits):
             ids, route_w, x_h, x_unscale = moe.route_fp16(logits, TOP_K, x)
             if stages >= 2:
-                schedule = moe._expert_schedule(ids, num_experts, block_m)
+                schedule = sort(ids, num_experts, block_m)
             if stages >= 3:
                 act = gemv.gate_up(x_h, x_unscale, schedule, experts, TOP_K, LIMIT, ALPHA,
                                    grid_m, common, gemv.GEMV_GATE_UP)  # fmt: skip
@@ -197,16 +200,21 @@ def breakdown(bench: Bench, tokens: int) -> None:
         return fn
 
     calls = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
-    previous = 0.0
-    for stages, stage in enumerate(("route", "+ sort", "+ gate_up", "+ down", "+ slot sum"), 1):
-        fn = prefix(stages)
+    previous = route_seconds = 0.0
+    stages = [("route", 1, False), ("+ sort (torch ops)", 2, True), ("+ sort", 2, False),
+              ("+ gate_up", 3, False), ("+ down", 4, False), ("+ slot sum", 5, False)]  # fmt: skip
+    for stage, count, torch_sort in stages:
+        fn = prefix(count, torch_sort)
         seconds = graph_seconds_per_call([lambda x=x, lg=lg, fn=fn: fn(x, lg) for x, lg in calls])
+        if stage == "+ sort":  # the fused sort's cost is against routing alone
+            previous = route_seconds
+        route_seconds = seconds if stage == "route" else route_seconds
         row = {"tokens": tokens, "block_m": block_m, "stages": stage, "us": seconds * 1e6,
                "stage_us": (seconds - previous) * 1e6}  # fmt: skip
         previous = seconds
         bench.result["breakdown"].append(row)
         bench.write()
-        print(f"T={tokens:4d} {stage:12s} {row['us']:8.1f} us  (this stage {row['stage_us']:6.1f})",
+        print(f"T={tokens:4d} {stage:20s} {row['us']:8.1f} us  (this stage {row['stage_us']:6.1f})",
               flush=True)  # fmt: skip
 
 

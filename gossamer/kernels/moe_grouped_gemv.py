@@ -75,6 +75,8 @@ _SUM_BLOCK = 1024
 # every tile's registers to ~228, two programs of 4 warps per SM).
 BLOCK_M_BY_PAIRS = ((32, 1), (128, 2), (1 << 62, 4))
 MAX_BLOCK_M = 8
+# (sorted_pairs, counts, offsets, tile_ends): the pairs in expert order (see _expert_schedule)
+Schedule = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def default_block_m(num_pairs: int, num_experts: int) -> int:
@@ -408,6 +410,68 @@ def _slot_sum_kernel(
     tl.store(out_ptr + token * H + col, total.to(out_ptr.dtype.element_ty), mask=col_ok)
 
 
+@triton.jit
+def _schedule_kernel(
+    ids_ptr,  # [P] int32 expert of each (token, slot) pair
+    sorted_pairs_ptr,  # [P] int32 out: pair indices, by expert, stable
+    counts_ptr,  # [E] int32 out
+    offsets_ptr,  # [E] int32 out: first sorted row of each expert
+    tile_ends_ptr,  # [E] int32 out: cumulative M-tiles
+    num_pairs,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    """_expert_schedule in one program: a counting sort over one-hot [CHUNK, E] tiles (a pair's
+    sorted row is its expert's offset plus the pairs of that expert before it)."""
+    expert = tl.arange(0, E_P2)
+    pdl.wait(PDL)  # the ids come from routing
+    counts = tl.zeros([E_P2], tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        pair = start + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
+        counts += tl.sum((ids[:, None] == expert[None, :]).to(tl.int32), axis=0)
+    offsets = tl.cumsum(counts, axis=0) - counts
+    tile_ends = tl.cumsum((counts + BLOCK_M - 1) // BLOCK_M, axis=0)
+    real = expert < E
+    tl.store(counts_ptr + expert, counts, mask=real)
+    tl.store(offsets_ptr + expert, offsets, mask=real)
+    tl.store(tile_ends_ptr + expert, tile_ends, mask=real)
+    placed = offsets  # [E]: the next free sorted row of each expert
+    for start in range(0, num_pairs, CHUNK):
+        pair = start + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
+        onehot = (ids[:, None] == expert[None, :]).to(tl.int32)  # [CHUNK, E]
+        earlier = tl.cumsum(onehot, axis=0) - onehot  # same-expert pairs before, in the chunk
+        row = tl.sum(onehot * (placed[None, :] + earlier), axis=1)
+        tl.store(sorted_pairs_ptr + row, pair, mask=pair < num_pairs)
+        placed += tl.sum(onehot, axis=0)
+
+
+# One program sorts up to this many pairs (two passes over [P, E] one-hot tiles); beyond, the
+# torch ops of _expert_schedule. The grouped GEMV serves decode batches, far below it.
+SCHEDULE_MAX_PAIRS = 4096
+_SCHEDULE_CHUNK = 64
+
+
+def expert_schedule(ids: torch.Tensor, num_experts: int, block_m: int) -> Schedule:
+    """moe_mxfp4._expert_schedule (the same four tensors, the same stable order) in one launch
+    instead of about eight small torch kernels: (sorted_pairs, counts, offsets, tile_ends)."""
+    num_pairs = ids.shape[0]
+    if num_pairs > SCHEDULE_MAX_PAIRS or num_pairs == 0:
+        return _expert_schedule(ids, num_experts, block_m)
+    sorted_pairs = torch.empty_like(ids)
+    counts, offsets, tile_ends = torch.empty(3, num_experts, dtype=torch.int32, device=ids.device)
+    _schedule_kernel[(1,)](
+        ids, sorted_pairs, counts, offsets, tile_ends, num_pairs, E=num_experts,
+        E_P2=triton.next_power_of_2(num_experts), BLOCK_M=block_m, CHUNK=_SCHEDULE_CHUNK,
+        num_warps=4, **pdl.launch_options(ids.device),
+    )  # fmt: skip
+    return sorted_pairs, counts, offsets, tile_ends
+
+
 def moe_mxfp4_grouped_gemv(
     x: torch.Tensor,
     router_logits: torch.Tensor,
@@ -439,7 +503,7 @@ def moe_mxfp4_grouped_gemv(
     if num_tokens == 0:
         return out
     ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x)
-    schedule = _expert_schedule(ids, num_experts, block_m)
+    schedule = expert_schedule(ids, num_experts, block_m)
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
               "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
               **pdl.launch_options(x.device)}  # fmt: skip
@@ -461,9 +525,6 @@ def _check_config(config: dict, rows_key: str, rows_per_thread: int) -> dict:
             f"each, and at most 32 groups per step)"
         )
     return config
-
-
-Schedule = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # _expert_schedule's
 
 
 def gate_up(

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from tests.kernels import interpreted
-from tests.kernels.interpreted import ON_GPU
+from tests.kernels.interpreted import DEVICE, ON_GPU
 from tests.kernels.test_moe_mxfp4 import (
     ALPHA,
     FP16_TOLERANCE,
@@ -168,6 +168,24 @@ def test_tile_bound_holds_for_any_routing(gemv):
         assert tiles <= gemv.max_m_tiles(pairs, experts, block_m)
     # every pair on its own expert: the bound is tight
     assert gemv.max_m_tiles(100, 128, 4) == 100
+
+
+@pytest.mark.parametrize(
+    "pairs,experts,block_m",
+    [(1, 8, 1), (63, 8, 2), (200, 6, 4), (300, 128, 4), (256, 128, 1), (130, 128, 8)],
+)
+def test_one_launch_schedule_matches_the_torch_ops(gemv, pairs, experts, block_m):
+    """expert_schedule (one program, one-hot tiles of 64 pairs: several chunks, a partial one)
+    gives exactly moe_mxfp4._expert_schedule's tensors, the stable order included; experts not
+    a power of two, crowded (200 pairs on 6) and sparse (130 on 128)."""
+    from gossamer.kernels import moe_mxfp4  # the regular module: its schedule is plain torch
+
+    g = torch.Generator().manual_seed(pairs)
+    ids = torch.randint(0, experts, (pairs,), generator=g, dtype=torch.int32).to(DEVICE)
+    fused = gemv.expert_schedule(ids, experts, block_m)
+    expected_all = moe_mxfp4._expert_schedule(ids, experts, block_m)
+    for got, expected in zip(fused, expected_all, strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
 def test_default_block_m(gemv):
