@@ -280,6 +280,12 @@ def main() -> None:
         default="default",
         help="RoPE and the KV write inside pure-decode attention, or their own launch",
     )
+    parser.add_argument(
+        "--grouped-gemv-max-pairs",
+        type=int,
+        default=None,
+        help="(token, expert) pairs up to which the expert-grouped fp16 GEMV serves the MoE",
+    )
     parser.add_argument("--moe-sweep", help="moe_decode_sweep.py JSON: use its best configs")
     parser.add_argument(
         "--grouped-sweep", help="moe_grouped_sweep.py JSON: use its best grouped v2 configs"
@@ -302,6 +308,8 @@ def main() -> None:
         pdl.ENABLED = args.pdl == "on"
     if args.attention_merge != "default":
         attention.MERGE_IN_KERNEL = args.attention_merge == "in-kernel"
+    if args.grouped_gemv_max_pairs is not None:
+        moe_mxfp4.GROUPED_GEMV_MAX_PAIRS = args.grouped_gemv_max_pairs
     if args.fused_norm_max_m is not None:
         gemv.FUSED_NORM_MAX_M = args.fused_norm_max_m
     if args.fuse_rope != "default":

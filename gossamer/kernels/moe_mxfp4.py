@@ -68,6 +68,9 @@ MXFP4_GROUP = 32  # elements per e8m0 scale
 # machine, 120b, PDL on): T=8 8.4 ms GEMV vs 11.2 v2, T=16 13.4 vs 16.2, T=32 25.1 vs 22.9, so
 # the GEMV now stops at 64 pairs (T <= 16).
 DECODE_MAX_PAIRS = 64
+# Pairs above DECODE_MAX_PAIRS and up to this many go to the expert-grouped packed-fp16 GEMV
+# (moe_grouped_gemv.py), the rest to the grouped kernels. 0 (off) until it is measured on the GPU.
+GROUPED_GEMV_MAX_PAIRS = 0
 DECODE_PAIRS_PER_EXPERT = 2
 
 # Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).
@@ -2149,11 +2152,15 @@ def moe_mxfp4(
     DECODE_PAIRS_PER_EXPERT * E) (a static choice on shapes, so each CUDA graph captures one
     path), else the grouped path (also for dense experts; v2 when GROUPED_V2)."""
     max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * router_logits.shape[1])
+    # the fp16 GEMVs scale the SwiGLU output by its clamp, so they need a finite limit
+    fp16 = DECODE_FP16 and 0.0 < swiglu_limit < 1e4
     if experts.is_mxfp4 and x.shape[0] * top_k <= max_pairs:
-        # the fp16 GEMV scales the SwiGLU output by its clamp, so it needs a finite limit
-        fp16 = DECODE_FP16 and 0.0 < swiglu_limit < 1e4
         decode = moe_mxfp4_decode_fp16 if fp16 else moe_mxfp4_decode
         return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+    if experts.is_mxfp4 and fp16 and x.shape[0] * top_k <= GROUPED_GEMV_MAX_PAIRS:
+        from gossamer.kernels.moe_grouped_gemv import moe_mxfp4_grouped_gemv
+
+        return moe_mxfp4_grouped_gemv(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     grouped = moe_mxfp4_grouped_v2 if GROUPED_V2 else moe_mxfp4_grouped  # v2 sends dense to v1
     return grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
 

@@ -705,3 +705,24 @@ def test_gpu_120b_repacked_layout(experts_120b, tokens):
     x, logits = _inputs_120b(tokens, seed=300 + tokens)
     out = moe_mxfp4.moe_mxfp4(x, logits, _fp16_lanes(experts_120b), TOP_K_120B, LIMIT, ALPHA)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+def test_entry_point_sends_mid_batches_to_the_grouped_gemv(moe, monkeypatch):
+    """Pairs above DECODE_MAX_PAIRS and up to GROUPED_GEMV_MAX_PAIRS go to the expert-grouped
+    GEMV (moe_grouped_gemv.py, tested on its own), the rest to the grouped kernels."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.ModuleType("gossamer.kernels.moe_grouped_gemv")
+    fake.moe_mxfp4_grouped_gemv = lambda x, *args: calls.append(x.shape[0]) or torch.zeros_like(x)
+    monkeypatch.setitem(sys.modules, "gossamer.kernels.moe_grouped_gemv", fake)
+    monkeypatch.setattr(moe, "DECODE_MAX_PAIRS", 4)
+    monkeypatch.setattr(moe, "GROUPED_GEMV_MAX_PAIRS", 10)
+    experts = _experts(8, 64, 32, seed=98)
+    for tokens in (2, 5, 6):  # 4 pairs: the GEMV; 10: the grouped GEMV; 12: grouped v2
+        x, logits = _inputs(tokens, 64, 8, seed=99)
+        out = moe.moe_mxfp4(x, logits, experts, 2, LIMIT, ALPHA)
+        if tokens != 5:
+            assert _relative_error(out, _reference(x, logits, experts, 2)) < FP16_TOLERANCE
+    assert calls == [5]
