@@ -70,6 +70,11 @@ def _name(config: dict) -> str:
     return "/".join(f"{k[0]}{v}" for k, v in config.items())
 
 
+def _steps(config: dict) -> int:
+    """Steps per iteration of the main loop (the register double buffer's loop is unrolled)."""
+    return config.get("UNROLL", 1) if config.get("NUM_STAGES", 0) == 0 else 1
+
+
 def gate_up(config: dict, block_m: int, layout: int, specialize: bool = False) -> dict:
     """The gate_up kernel; without specialize its only body has BLOCK_M token slots."""
     constexprs = {k: v for k, v in config.items() if k != "num_warps"} | {"SPECIALIZE": specialize}
@@ -77,9 +82,8 @@ def gate_up(config: dict, block_m: int, layout: int, specialize: bool = False) -
                             dict(H=H, INTER=INTER, E=128, E_P2=128, TOP_K=4, ACT_EXP=10,
                                  BLOCK_M=block_m, LAYOUT=layout, **constexprs),
                             config["num_warps"])  # fmt: skip
-    weights = (
-        config["BLOCK_PAIRS"] * 2 * config["GROUPS_PER_STEP"] * 32 / (32 * config["num_warps"])
-    )
+    weights = _steps(config) * config["BLOCK_PAIRS"] * 2 * config["GROUPS_PER_STEP"]
+    weights /= config["num_warps"]  # x 32 weights per group / 32 threads per warp
     return count(f"gate_up {_name(config)}", compiled, weights, block_m)
 
 
@@ -89,7 +93,8 @@ def down(config: dict, block_m: int, layout: int, specialize: bool = False) -> d
                             dict(H=H, INTER=INTER, E=128, E_P2=128, ACT_EXP=10, BLOCK_M=block_m,
                                  LAYOUT=layout, **constexprs),
                             config["num_warps"])  # fmt: skip
-    weights = config["BLOCK_ROWS"] * config["GROUPS_PER_STEP"] * 32 / (32 * config["num_warps"])
+    weights = _steps(config) * config["BLOCK_ROWS"] * config["GROUPS_PER_STEP"]
+    weights /= config["num_warps"]
     return count(f"down {_name(config)}", compiled, weights, block_m)
 
 
@@ -104,6 +109,7 @@ def main() -> None:
     parser.add_argument("--block-m", default="1,2,4,8")
     parser.add_argument("--layout", type=int, default=moe.LAYOUT_FP16_LANES)
     parser.add_argument("--all", action="store_true", help="every tile shape, not the defaults")
+    parser.add_argument("--unroll", type=int, default=0, help="UNROLL for every config")
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes, layout {args.layout}")
     sizes = [int(m) for m in args.block_m.split(",")]
@@ -113,6 +119,9 @@ def main() -> None:
                     for r, g, w in GATE_UP_SHAPES]  # fmt: skip
         downs = [gemv.GEMV_DOWN | {"BLOCK_ROWS": r, "GROUPS_PER_STEP": g, "num_warps": w}
                  for r, g, w in DOWN_SHAPES]  # fmt: skip
+    if args.unroll:
+        gate_ups = [c | {"UNROLL": args.unroll} for c in gate_ups]
+        downs = [c | {"UNROLL": args.unroll} for c in downs]
     print("# one body of BLOCK_M token slots (SPECIALIZE off): the loop of that size")
     for config in gate_ups:
         for block_m in sizes:

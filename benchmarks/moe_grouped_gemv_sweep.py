@@ -2,7 +2,8 @@
 GEMV and grouped v2 on gpt-oss-120b shapes, and a sweep of its configs.
 
     python benchmarks/moe_grouped_gemv_sweep.py [--tokens 8,16,32,64,128] [--sweep-tokens 64]
-        [--quick] [--json PATH]            # JSON also to $OUT/moe_grouped_gemv_sweep.json
+        [--parts compare,block_m,gate_up,down,breakdown] [--json PATH]
+    # JSON also to $OUT/moe_grouped_gemv_sweep.json, rewritten after every row
 
 One MoE layer (hidden 2880, intermediate 2880, 128 experts, top-4, bf16, random packed weights in
 the loader's GPU layout), timed as kernels_moe.py times it: one CUDA graph of several layer calls
@@ -13,9 +14,9 @@ the floor: one per distinct expert) -> TB/s. Every row is checked once against t
 reference (ok: norm-wise relative error < 1e-2).
 
   1. compare: decode_fp16, grouped_v2 and grouped_gemv (its defaults) at each --tokens;
-  2. sweep (unless --quick), at each --sweep-tokens: block_m x SPECIALIZE with the default
-     kernel configs; then gate_up configs (down at its default, the best block_m), then down
-     configs; the best of each confirmed at every --tokens;
+  2. sweep (parts block_m, gate_up, down), at each --sweep-tokens: block_m x SPECIALIZE x
+     UNROLL with the default kernel shapes; then gate_up shapes (down at its default, the best
+     block_m), then down shapes; the best of each confirmed at every --tokens;
   3. breakdown at the first --sweep-tokens: graph times of the call's prefixes (routing, + the
      sort, + gate_up, + down, + the slot sum), so each stage's share shows; the sort both as
      moe_mxfp4's torch ops and as the one-launch expert_schedule the path uses.
@@ -48,7 +49,9 @@ from gossamer.kernels import moe_mxfp4 as moe  # noqa: E402
 from gossamer.kernels import pdl  # noqa: E402
 from gossamer.ops.base import ExpertWeights  # noqa: E402
 
-BLOCK_MS = [(1, 1), (2, 0), (2, 1), (4, 0), (4, 1), (8, 1)]  # (block_m, SPECIALIZE)
+# (block_m, SPECIALIZE, UNROLL) with the default kernel configs otherwise
+BLOCK_MS = [(1, 1, 2), (1, 1, 1), (2, 0, 2), (2, 1, 2), (2, 1, 1), (4, 0, 2), (4, 1, 2),
+            (4, 1, 1), (8, 1, 2), (8, 1, 1)]  # fmt: skip
 # (rows, GROUPS_PER_STEP, num_warps, NUM_STAGES): gate_up rows are intermediate pairs, down rows
 # output rows; each keeps at least one 16-byte run per thread (gemv._check_config).
 GATE_UP_SHAPES = [(16, 8, 4, 0), (16, 16, 4, 0), (32, 8, 4, 0), (8, 16, 2, 0), (16, 8, 2, 0),
@@ -141,32 +144,43 @@ def compare(bench: Bench, tokens_list: list[int], chosen: dict | None = None, ta
                   "grouped_gemv", block_m)  # fmt: skip
 
 
-def sweep(bench: Bench, tokens: int) -> dict:
-    """block_m x SPECIALIZE, then gate_up configs, then down configs (one kernel varied at a
-    time, the other at its default); returns the best of each."""
-    best_bm = None
-    for block_m, specialize in BLOCK_MS:
-        changes = {"SPECIALIZE": specialize}
-        fn = bench.gemv_fn(block_m, gemv.GEMV_GATE_UP | changes, gemv.GEMV_DOWN | changes)
-        row = bench.row("sweep", f"block_m={block_m} SPECIALIZE={specialize}", fn, tokens,
-                        "grouped_gemv", block_m)  # fmt: skip
-        if row and row["ok"] and (best_bm is None or row["us"] < best_bm[0]):
-            best_bm = (row["us"], block_m, specialize)
-    _, block_m, specialize = best_bm
-    defaults = {"gate_up": gemv.GEMV_GATE_UP | {"SPECIALIZE": specialize},
-                "down": gemv.GEMV_DOWN | {"SPECIALIZE": specialize}}  # fmt: skip
-    chosen = {"block_m": block_m} | defaults
+def best_of(rows: list) -> tuple | None:
+    """(us, key) of the fastest checked row of (row, key) pairs; None if none ran."""
+    timed = [(row["us"], key) for row, key in rows if row and row["ok"]]
+    return min(timed, key=lambda t: t[0]) if timed else None
+
+
+def sweep(bench: Bench, tokens: int, parts: set[str]) -> dict:
+    """block_m x SPECIALIZE x UNROLL, then gate_up shapes, then down shapes (one kernel varied
+    at a time, the other at its default or the best so far); returns the best of each part run
+    (the defaults for the others)."""
+    chosen = {"block_m": default_block_m(tokens), "gate_up": gemv.GEMV_GATE_UP,
+              "down": gemv.GEMV_DOWN}  # fmt: skip
+    if "block_m" in parts:
+        rows = []
+        for block_m, specialize, unroll in BLOCK_MS:
+            changes = {"SPECIALIZE": specialize, "UNROLL": unroll}
+            fn = bench.gemv_fn(block_m, gemv.GEMV_GATE_UP | changes, gemv.GEMV_DOWN | changes)
+            row = bench.row("sweep", f"block_m={block_m} {name(changes)}", fn, tokens,
+                            "grouped_gemv", block_m)  # fmt: skip
+            rows.append((row, (block_m, changes)))
+        if best := best_of(rows):
+            _, (block_m, changes) = best
+            chosen = {"block_m": block_m, "gate_up": gemv.GEMV_GATE_UP | changes,
+                      "down": gemv.GEMV_DOWN | changes}  # fmt: skip
     for which, key, shapes in (("gate_up", "BLOCK_PAIRS", GATE_UP_SHAPES),
                                ("down", "BLOCK_ROWS", DOWN_SHAPES)):  # fmt: skip
-        best = None
-        for config in configs(shapes, key, defaults[which]):
-            pair = defaults | {which: config}
-            fn = bench.gemv_fn(block_m, pair["gate_up"], pair["down"])
+        if which not in parts:
+            continue
+        rows = []
+        for config in configs(shapes, key, chosen[which]):
+            pair = chosen | {which: config}
+            fn = bench.gemv_fn(chosen["block_m"], pair["gate_up"], pair["down"])
             row = bench.row("sweep", f"{which} {name(config)}", fn, tokens, "grouped_gemv",
-                            block_m)  # fmt: skip
-            if row and row["ok"] and (best is None or row["us"] < best[0]):
-                best = (row["us"], config)
-        chosen[which] = best[1]
+                            chosen["block_m"])  # fmt: skip
+            rows.append((row, config))
+        if best := best_of(rows):
+            chosen[which] = best[1]
     print(f"# best at T={tokens}: {chosen}", flush=True)
     return chosen
 
@@ -222,7 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", default="8,16,32,64,128")
     parser.add_argument("--sweep-tokens", default="64")
-    parser.add_argument("--quick", action="store_true", help="only the comparison")
+    parser.add_argument("--parts", default="compare,block_m,gate_up,down,breakdown",
+                        help="what to run (a long sweep may need several calls)")  # fmt: skip
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     tokens_list = [int(t) for t in args.tokens.split(",") if t]
@@ -241,14 +256,17 @@ def main(argv: list[str] | None = None) -> None:
     bench = Bench(experts, bandwidth, json_path, result)
     print(f"# {result['gpu']} torch {torch.__version__} triton {triton.__version__} copy "
           f"{bandwidth / 1e12:.2f} TB/s, layout {experts.layout}", flush=True)  # fmt: skip
-    compare(bench, tokens_list)
-    if not args.quick:
+    parts = set(args.parts.split(","))
+    if "compare" in parts:
+        compare(bench, tokens_list)
+    if parts & {"block_m", "gate_up", "down"}:
         for tokens in sweep_tokens:
-            chosen = sweep(bench, tokens)
+            chosen = sweep(bench, tokens, parts)
             result["best"][str(tokens)] = chosen
             compare(bench, tokens_list, chosen, tag=f" best@{tokens}")
-    for tokens in sweep_tokens[:1]:
-        breakdown(bench, tokens)
+    if "breakdown" in parts:
+        for tokens in sweep_tokens[:1]:
+            breakdown(bench, tokens)
     bench.write()
 
 

@@ -59,14 +59,15 @@ from gossamer.ops.base import ExpertWeights
 # threads would share runs between threads and convert layouts through shared memory, so such
 # configs are refused (_check_config).
 # SASS compiled offline (sm_90, triton 3.6, benchmarks/moe_grouped_gemv_sass.py), instructions
-# per weight and token in the main loops, gate_up / down, at M = 1, 2, 4, 8 token slots:
-# 2.53 / 2.55, 1.70 / 1.70, 1.21 / 1.21, 1.02 / 1.00 (registers 46, 70, 128, 228); the decode
-# GEMV takes 2.53 / 3.09 per weight and pair, the fp16 HFMA2s alone 0.5 per weight and token.
+# per weight and token in the main loops of these configs, gate_up / down, at M = 1, 2, 4, 8
+# token slots: 2.16 / 2.17, 1.50 / 1.49, 1.10 / 1.12, 0.95 / 0.94 (registers of one body 54,
+# 76, 168, 249; without UNROLL 2.41, 1.61, 1.17, 0.95 for 40, 63, 124, 239). The decode GEMV
+# takes 2.53 / 3.09 per weight and pair; the HFMA2s alone are 0.5 per weight and token.
 # Starting points: benchmarks/moe_grouped_gemv_sweep.py sweeps them on the H200.
-GEMV_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "SPECIALIZE": 1,
-                "num_warps": 4}  # fmt: skip
-GEMV_DOWN = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "SPECIALIZE": 1,
-             "num_warps": 4}  # fmt: skip
+GEMV_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "UNROLL": 2,
+                "SPECIALIZE": 1, "num_warps": 4}  # fmt: skip
+GEMV_DOWN = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "UNROLL": 2,
+             "SPECIALIZE": 1, "num_warps": 4}  # fmt: skip
 # Slot-sum kernel: output columns per program.
 _SUM_BLOCK = 1024
 # Token slots per M-tile (the largest body with SPECIALIZE), by pairs per call: (most pairs,
@@ -93,6 +94,24 @@ def max_m_tiles(num_pairs: int, num_experts: int, block_m: int) -> int:
 
 
 @triton.jit
+def _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E: tl.constexpr, E_P2: tl.constexpr,
+          BLOCK_M: tl.constexpr):  # fmt: skip
+    """_expert_tile of this program's M-tile (program_id 1): (expert, first sorted row, end of
+    the expert's rows); expert E past the last tile. The grid's bound leaves many programs past
+    it, and those exit on one load instead of reading and reducing all E tile ends."""
+    pid_m = tl.program_id(1)
+    if pid_m >= tl.load(tile_ends_ptr + E - 1):
+        expert = E
+        start = 0
+        end = 0
+    else:
+        expert, start, end = _expert_tile(
+            pid_m, counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
+        )
+    return expert, start, end
+
+
+@triton.jit
 def _tile_pairs(sorted_pairs_ptr, row_start, row_end, M: tl.constexpr):
     """(pair index [M], valid [M]) of the sorted rows row_start .. row_start + M (valid below
     row_end). Invalid slots get pair 0 (in bounds; their results are never stored)."""
@@ -112,60 +131,73 @@ def _rows_times_tokens(
     PLANE: tl.constexpr,  # int32 words per pair plane of x
     SECOND: tl.constexpr,  # also the rows right after these (gate_up's up rows)
     NUM_STAGES: tl.constexpr,
+    UNROLL: tl.constexpr,  # steps per iteration of the register double buffer's loop
     LAYOUT: tl.constexpr,
 ):
     """Per-group dot products of R weight rows (and, with SECOND, of the next row of each) with M
     tokens -> (first, second) fp32 [R, M, GB], summed over the steps (second is zeros without
-    SECOND). Whole steps run unmasked; a last partial step runs after the loop, masked."""
+    SECOND). Whole steps run without masks. A last partial step reads the window of the row's
+    last GB groups (in bounds: no masks on the words either) and counts only its groups from
+    G_FULL on, through x's mask; only a row shorter than one step is read masked."""
     G_FULL: tl.constexpr = G // GB * GB
-    kw = tl.arange(0, GB * 4)[None, None, :]
+    SHORT: tl.constexpr = G < GB
+    TAIL: tl.constexpr = (G - GB) * (G >= GB)  # the last step's first group
     first = tl.zeros([w_ptrs.shape[0], x_ptrs.shape[1], GB], tl.float32)
     second = tl.zeros([w_ptrs.shape[0], x_ptrs.shape[1], GB], tl.float32)
     if NUM_STAGES == 0:
         # Register double buffer: the words of the next step are loaded before this one is
-        # computed. Masked weight lanes stay undefined: any bits decode to a finite value, and
-        # they meet zero x words (as in the decode GEMV).
-        next_a = tl.load(w_ptrs, mask=kw < G * 4)
-        next_b = next_a
-        if SECOND:
-            next_b = tl.load(w_ptrs + G * 4, mask=kw < G * 4)
-        for g0 in range(0, G_FULL, GB):
+        # computed (the step after the last whole one: the tail window, read even if unused).
+        # Unrolled by 2, the buffers trade places without register moves and the loop's own
+        # instructions halve: SASS per weight and token at M = 1, 2, 4 from 2.41, 1.61, 1.17 to
+        # 2.16, 1.50, 1.10, for registers 40, 63, 124 -> 54, 76, 168 (gate_up, sm_90).
+        next_a, next_b = _words(w_ptrs, 0, G, GB, SECOND, SHORT)
+        for g0 in tl.range(0, G_FULL, GB, loop_unroll_factor=UNROLL):
             words_a = next_a
             words_b = next_b
-            ahead = (g0 + GB) * 4
-            next_a = tl.load(w_ptrs + ahead, mask=ahead + kw < G * 4)
-            if SECOND:
-                next_b = tl.load(w_ptrs + G * 4 + ahead, mask=ahead + kw < G * 4)
+            next_a, next_b = _words(w_ptrs, tl.minimum(g0 + GB, TAIL), G, GB, SECOND, SHORT)
             first, second = _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step, g0,
-                                  G, GB, PLANE, SECOND, False, LAYOUT)  # fmt: skip
-        if G_FULL < G:
-            first, second = _step(first, second, next_a, next_b, s_ptrs, x_ptrs, scale_step,
-                                  G_FULL, G, GB, PLANE, SECOND, True, LAYOUT)  # fmt: skip
+                                  G, G_FULL, GB, PLANE, SECOND, False, LAYOUT)  # fmt: skip
     else:  # Triton's pipeliner keeps NUM_STAGES - 1 steps of words in flight (async copies)
         for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
-            words_a = tl.load(w_ptrs + g0 * 4)
-            words_b = words_a
-            if SECOND:
-                words_b = tl.load(w_ptrs + G * 4 + g0 * 4)
+            words_a, words_b = _words(w_ptrs, g0, G, GB, SECOND, SHORT)
             first, second = _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step, g0,
-                                  G, GB, PLANE, SECOND, False, LAYOUT)  # fmt: skip
-        if G_FULL < G:
-            words_a = tl.load(w_ptrs + G_FULL * 4, mask=G_FULL * 4 + kw < G * 4)
-            words_b = words_a
-            if SECOND:
-                words_b = tl.load(w_ptrs + G * 4 + G_FULL * 4, mask=G_FULL * 4 + kw < G * 4)
-            first, second = _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step,
-                                  G_FULL, G, GB, PLANE, SECOND, True, LAYOUT)  # fmt: skip
+                                  G, G_FULL, GB, PLANE, SECOND, False, LAYOUT)  # fmt: skip
+        next_a, next_b = _words(w_ptrs, TAIL, G, GB, SECOND, SHORT)
+    if G_FULL < G:
+        first, second = _step(first, second, next_a, next_b, s_ptrs, x_ptrs, scale_step, TAIL,
+                              G, G_FULL, GB, PLANE, SECOND, True, LAYOUT)  # fmt: skip
     return first, second
 
 
 @triton.jit
+def _words(w_ptrs, g0, G: tl.constexpr, GB: tl.constexpr, SECOND: tl.constexpr,
+           SHORT: tl.constexpr):  # fmt: skip
+    """The words of GB groups from group g0 of the rows (and of the next rows, with SECOND).
+    Rows shorter than a step (SHORT) are read masked; masked lanes stay undefined: any bits
+    decode to a finite value, and they meet zero x words (as in the decode GEMV)."""
+    if SHORT:
+        mask = tl.arange(0, GB * 4)[None, None, :] < G * 4
+        words_a = tl.load(w_ptrs, mask=mask)
+        words_b = words_a
+        if SECOND:
+            words_b = tl.load(w_ptrs + G * 4, mask=mask)
+    else:
+        words_a = tl.load(w_ptrs + g0 * 4)
+        words_b = words_a
+        if SECOND:
+            words_b = tl.load(w_ptrs + G * 4 + g0 * 4)
+    return words_a, words_b
+
+
+@triton.jit
 def _step(first, second, words_a, words_b, s_ptrs, x_ptrs, scale_step, g0, G: tl.constexpr,
-          GB: tl.constexpr, PLANE: tl.constexpr, SECOND: tl.constexpr, MASKED: tl.constexpr,
-          LAYOUT: tl.constexpr):  # fmt: skip
-    """One step of GB groups from group g0: scales, x words, packed-fp16 dot products."""
-    if MASKED:  # the last partial step: groups past G meet zero x words
-        x_mask = (g0 * 4 + tl.arange(0, GB * 4) < G * 4)[None, None, :]
+          G_FULL: tl.constexpr, GB: tl.constexpr, PLANE: tl.constexpr, SECOND: tl.constexpr,
+          MASKED: tl.constexpr, LAYOUT: tl.constexpr):  # fmt: skip
+    """One step of GB groups from group g0: scales, x words, packed-fp16 dot products. MASKED:
+    only groups G_FULL .. G count (their x words are loaded, the others are zeros)."""
+    if MASKED:
+        k = g0 * 4 + tl.arange(0, GB * 4)
+        x_mask = ((k >= G_FULL * 4) & (k < G * 4))[None, None, :]
         s_mask = (g0 + tl.arange(0, GB) < G)[:, None, None]
     else:  # all true: a splat constant, which the compiler drops from the loads
         x_mask = tl.full([1, 1, GB * 4], 1, tl.int1)
@@ -200,10 +232,25 @@ def _scales(scales_ptr, rows, scale_step, G: tl.constexpr, GB: tl.constexpr):
     return scales_ptr + tl.arange(0, GB)[:, None, None] * scale_step + rows[None, None, :] * G
 
 
-# NOTE on tile sizes: a tile's code runs all M token slots whether or not pairs fill them, so
-# with SPECIALIZE each kernel holds one copy of its body per size 1, 2, 4, .. BLOCK_M and a tile
-# runs the smallest that covers its pairs (a branch per program, uniform across it). The
-# registers are those of the largest copy.
+@triton.jit
+def _run_tile(TILE: tl.constexpr, args, CONSTS: tl.constexpr, rows, BLOCK_M: tl.constexpr,
+              SPECIALIZE: tl.constexpr):  # fmt: skip
+    """TILE(args, CONSTS, M) for an M-tile with `rows` pairs left in its expert, from its first.
+
+    A tile's code runs all M token slots whether or not pairs fill them, so with SPECIALIZE the
+    kernel holds a copy of TILE per size 1, 2, 4, .. BLOCK_M and each tile runs the smallest that
+    covers its pairs (one branch per program, uniform across it); the registers are those of the
+    largest copy. Without SPECIALIZE every tile runs BLOCK_M slots."""
+    if not SPECIALIZE or BLOCK_M == 1:
+        TILE(args, CONSTS, BLOCK_M)
+    elif rows <= 1:
+        TILE(args, CONSTS, 1)
+    elif BLOCK_M == 2 or rows <= 2:
+        TILE(args, CONSTS, 2)
+    elif BLOCK_M == 4 or rows <= 4:
+        TILE(args, CONSTS, 4)
+    else:
+        TILE(args, CONSTS, 8)
 
 
 @triton.jit(do_not_specialize=["scale_step"])
@@ -231,47 +278,29 @@ def _gemv_gate_up_kernel(
     BLOCK_PAIRS: tl.constexpr,
     GROUPS_PER_STEP: tl.constexpr,
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
-    SPECIALIZE: tl.constexpr = True,  # a body per tile size (see the note above)
+    UNROLL: tl.constexpr = 1,  # with NUM_STAGES 0: steps per loop iteration (1 or 2)
+    SPECIALIZE: tl.constexpr = True,  # a body per tile size (_run_tile)
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # moe_mxfp4.LAYOUT_HF or LAYOUT_FP16_LANES
 ):
     pdl.wait(PDL)  # the schedule and x come from the kernels just before
-    expert, start, end = _expert_tile(
-        tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
-    )
+    expert, start, end = _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M)
     if expert >= E:
         return
     expert = expert.to(tl.int64)
-    rows = end - start
-    if not SPECIALIZE or BLOCK_M == 1:
-        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
-                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
-                      ACT_EXP, BLOCK_M, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    elif rows <= 1:
-        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
-                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
-                      ACT_EXP, 1, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    elif BLOCK_M == 2 or rows <= 2:
-        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
-                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
-                      ACT_EXP, 2, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    elif BLOCK_M == 4 or rows <= 4:
-        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
-                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
-                      ACT_EXP, 4, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    else:
-        _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
-                      scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H, INTER, TOP_K,
-                      ACT_EXP, 8, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    args = (x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr, scales_ptr,
+            bias_ptr, act_ptr, limit, alpha, scale_step)  # fmt: skip
+    consts: tl.constexpr = (H, INTER, TOP_K, ACT_EXP, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES,
+                            UNROLL, LAYOUT)  # fmt: skip
+    _run_tile(_gate_up_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
 
 
 @triton.jit
-def _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr,
-                  scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step, H: tl.constexpr,
-                  INTER: tl.constexpr, TOP_K: tl.constexpr, ACT_EXP: tl.constexpr,
-                  M: tl.constexpr, BLOCK_PAIRS: tl.constexpr, GB: tl.constexpr,
-                  NUM_STAGES: tl.constexpr, LAYOUT: tl.constexpr):  # fmt: skip
+def _gate_up_tile(args, CONSTS: tl.constexpr, M: tl.constexpr):
     """gate_up for the sorted rows start .. start + M (below end) of one expert."""
+    (x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr, scales_ptr, bias_ptr,
+     act_ptr, limit, alpha, scale_step) = args  # fmt: skip
+    H, INTER, TOP_K, ACT_EXP, BLOCK_PAIRS, GB, NUM_STAGES, UNROLL, LAYOUT = CONSTS
     G: tl.constexpr = H // 32
     pair, valid = _tile_pairs(sorted_pairs_ptr, start, end, M)
     token = pair // TOP_K  # [M]
@@ -287,7 +316,7 @@ def _gate_up_tile(x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, wo
     x_ptrs = tl.broadcast_to(x_ptrs, (BLOCK_PAIRS, M, GB * 4))
     s_ptrs = _scales(scales_ptr, gate_rows, scale_step, G, GB)
     acc_gate, acc_up = _rows_times_tokens(w_ptrs, s_ptrs, x_ptrs, scale_step, G, GB, H // 8,
-                                          True, NUM_STAGES, LAYOUT)  # fmt: skip
+                                          True, NUM_STAGES, UNROLL, LAYOUT)  # fmt: skip
 
     x_unscale = tl.load(x_unscale_ptr + token)[None, :]  # [1, M]
     bias_row = bias_ptr + expert * (2 * INTER) + 2 * j
@@ -322,48 +351,31 @@ def _gemv_down_kernel(
     BLOCK_ROWS: tl.constexpr,
     GROUPS_PER_STEP: tl.constexpr,
     NUM_STAGES: tl.constexpr = 0,
+    UNROLL: tl.constexpr = 1,
     SPECIALIZE: tl.constexpr = True,
     PDL: tl.constexpr = False,
     LAYOUT: tl.constexpr = 0,
 ):
     pdl.wait(PDL)  # the activations come from gate_up
-    expert, start, end = _expert_tile(
-        tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
-    )
+    expert, start, end = _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M)
     if expert >= E:
         return
     expert = expert.to(tl.int64)
-    rows = end - start
-    if not SPECIALIZE or BLOCK_M == 1:  # the size ladder of the gate_up kernel
-        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
-                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, BLOCK_M,
-                   BLOCK_ROWS, GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    elif rows <= 1:
-        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
-                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 1, BLOCK_ROWS,
-                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    elif BLOCK_M == 2 or rows <= 2:
-        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
-                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 2, BLOCK_ROWS,
-                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    elif BLOCK_M == 4 or rows <= 4:
-        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
-                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 4, BLOCK_ROWS,
-                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
-    else:
-        _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
-                   scales_ptr, bias_ptr, y_ptr, scale_step, H, INTER, ACT_EXP, 8, BLOCK_ROWS,
-                   GROUPS_PER_STEP, NUM_STAGES, LAYOUT)  # fmt: skip
+    args = (act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr, scales_ptr,
+            bias_ptr, y_ptr, scale_step)  # fmt: skip
+    consts: tl.constexpr = (H, INTER, ACT_EXP, BLOCK_ROWS, GROUPS_PER_STEP, NUM_STAGES, UNROLL,
+                            LAYOUT)  # fmt: skip
+    _run_tile(_down_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
 
 
 @triton.jit
-def _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr,
-               scales_ptr, bias_ptr, y_ptr, scale_step, H: tl.constexpr, INTER: tl.constexpr,
-               ACT_EXP: tl.constexpr, M: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-               GB: tl.constexpr, NUM_STAGES: tl.constexpr, LAYOUT: tl.constexpr):  # fmt: skip
+def _down_tile(args, CONSTS: tl.constexpr, M: tl.constexpr):
     """down for the sorted rows start .. start + M (below end) of one expert. A thread takes
     output rows 2i and 2i + 1 (as gate_up takes a gate and an up row): one load of the x words
     serves both."""
+    (act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr, scales_ptr, bias_ptr,
+     y_ptr, scale_step) = args  # fmt: skip
+    H, INTER, ACT_EXP, BLOCK_ROWS, GB, NUM_STAGES, UNROLL, LAYOUT = CONSTS
     G: tl.constexpr = INTER // 32
     pair, valid = _tile_pairs(sorted_pairs_ptr, start, end, M)
     even = tl.program_id(0) * BLOCK_ROWS + 2 * tl.arange(0, BLOCK_ROWS // 2)  # rows 2i
@@ -374,7 +386,8 @@ def _down_tile(act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words
     x_ptrs = tl.broadcast_to(x_ptrs, (BLOCK_ROWS // 2, M, GB * 4))  # as in gate_up
     s_ptrs = _scales(scales_ptr, rows, scale_step, G, GB)
     acc_even, acc_odd = _rows_times_tokens(w_ptrs, s_ptrs, x_ptrs, scale_step, G, GB,
-                                           INTER // 8, True, NUM_STAGES, LAYOUT)  # fmt: skip
+                                           INTER // 8, True, NUM_STAGES, UNROLL,
+                                           LAYOUT)  # fmt: skip
     both = tl.join(tl.sum(acc_even, axis=2), tl.sum(acc_odd, axis=2))  # [BN/2, M, 2]
     acc = tl.reshape(tl.permute(both, (0, 2, 1)), (BLOCK_ROWS, M))  # output rows in order
 

@@ -56,13 +56,18 @@ HIDDEN, INTER, EXPERTS = 160, 96, 8
 
 
 def _configs(
-    pairs: int = 128, rows: int = 256, groups: int = 4, stages: int = 0, specialize: int = 1
+    pairs: int = 128,
+    rows: int = 256,
+    groups: int = 4,
+    stages: int = 0,
+    specialize: int = 1,
+    unroll: int = 2,
 ) -> dict:
     """One program per row tile covers the rows (96 pairs, 160 rows: clamped rows past the
     ends) and steps are long, so the interpreter runs few programs and few steps (it pays for
     every jit call); 4 groups per step: 5 = 4 + a partial step, 3 = a partial step alone."""
     common = {"GROUPS_PER_STEP": groups, "NUM_STAGES": stages, "SPECIALIZE": specialize,
-              "num_warps": 1}  # fmt: skip
+              "UNROLL": unroll, "num_warps": 1}  # fmt: skip
     return {
         "gate_up_config": {"BLOCK_PAIRS": pairs} | common,
         "down_config": {"BLOCK_ROWS": rows} | common,
@@ -102,16 +107,17 @@ def test_crowded_and_empty_experts(gemv, block_m, specialize):
 
 
 @pytest.mark.parametrize(
-    "tokens,groups,stages,pairs,rows",
+    "tokens,groups,stages,unroll,pairs,rows",
     [
-        (2, 2, 0, 32, 64),  # 5 groups = 2 whole steps + 1, 3 = 1 + 1; row tiles that end at I
-        (3, 8, 0, 64, 64),  # a step longer than the row: only the masked partial step
-        (3, 4, 3, 128, 256),  # tl.range pipelining: 5 = 4 + 1; 3 = the partial step alone
-        (1, 1, 2, 64, 128),  # tl.range over whole steps only; row tiles past the ends (96, 160)
+        (2, 2, 0, 2, 32, 64),  # 5 groups = 2 whole steps + 1, 3 = 1 + 1; tiles that end at I
+        (2, 2, 0, 1, 32, 64),  # the same, one step per loop iteration
+        (3, 8, 0, 2, 64, 64),  # a step longer than the row: only the masked partial step
+        (3, 4, 3, 1, 128, 256),  # tl.range pipelining: 5 = 4 + 1; 3 = the partial step alone
+        (1, 1, 2, 1, 64, 128),  # pipelined whole steps only; row tiles past the ends (96, 160)
     ],
 )
-def test_partial_steps_and_loop_forms(gemv, tokens, groups, stages, pairs, rows):
-    config = _configs(pairs=pairs, rows=rows, groups=groups, stages=stages)
+def test_partial_steps_and_loop_forms(gemv, tokens, groups, stages, unroll, pairs, rows):
+    config = _configs(pairs=pairs, rows=rows, groups=groups, stages=stages, unroll=unroll)
     assert _error(gemv, tokens, 4, seed=74, block_m=2, **config) < FP16_TOLERANCE
 
 
