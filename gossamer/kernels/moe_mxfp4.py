@@ -69,7 +69,11 @@ MXFP4_GROUP = 32  # elements per e8m0 scale
 # the GEMV now stops at 64 pairs (T <= 16).
 DECODE_MAX_PAIRS = 64
 # Pairs above DECODE_MAX_PAIRS and up to this many go to the expert-grouped packed-fp16 GEMV
-# (moe_grouped_gemv.py), the rest to the grouped kernels. 0 (off) until it is measured on the GPU.
+# (moe_grouped_gemv.py), the rest to the grouped kernels. Measured on the H200 (2026-12-03,
+# BENCHMARKS.md, fourth session): 120b decode steps at batch 16 11.36 -> 10.06 ms and 32 20.83 ->
+# 16.58 ms with it (DECODE_MAX_PAIRS 4, this 256), batch 64 unchanged. Still 0 (off): the
+# interpreted test harness and the warm-up's launch recorder do not cover that module yet (a
+# CPU test process would launch its compiled kernels), and its GPU tests have not all run.
 GROUPED_GEMV_MAX_PAIRS = 0
 DECODE_PAIRS_PER_EXPERT = 2
 
