@@ -3,12 +3,20 @@
 Between the two paths of moe_mxfp4.py: the packed-fp16 GEMV (`moe_mxfp4_decode_fp16`) reads an
 expert once per (token, slot) pair, which costs bytes once experts are shared (64 tokens, top-4
 of 128: 256 pairs on ~111 distinct experts); the grouped tensor-core kernels (v2) read each expert
-once but spend ~3.2 instructions per weight on tiles of 16 rows that hold 1-2 real tokens each.
-This path sorts the pairs by expert (`_expert_schedule`, graph-safe) and gives each program an
-M-tile of up to BLOCK_M pairs of one expert (BLOCK_M 1..8) and a tile of weight rows. Each step
-loads the rows' words once, unpacks every register of two fp16 lanes once, and multiplies it with
-each of the M tokens' x words in one HFMA2 (`_group_dot`: fp16 accumulation within a 32-element
-scale group, then fp32 times the group scale, as the decode GEMV does for one token).
+once but spend 3.2-4.2 instructions per weight on tiles of 16 rows that hold 1-2 real tokens.
+This path sorts the pairs by expert (`expert_schedule`: one launch, graph-safe) and gives each
+program an M-tile of up to BLOCK_M pairs of one expert (1..8) and a tile of weight rows. Each
+step loads the rows' words once, unpacks every register of two fp16 lanes once, and multiplies it
+with each of the M tokens' x words in one HFMA2 (`_group_dot`: fp16 accumulation within a
+32-element scale group, then fp32 times the group scale, as the decode GEMV does for one token).
+A tile runs the smallest of the bodies for 1, 2, 4, .. BLOCK_M token slots that holds its pairs
+(`_run_tile`), since every slot costs its HFMA2s whether a pair fills it or not.
+
+Cost model (SASS per weight and token, see GEMV_GATE_UP): about 1.2 + 0.9 / M instructions at M
+slots, so at 64 tokens (~2.3 pairs per busy expert) the instructions are about those of v2 and
+the bytes those of v2; the gain over v2 must come from issuing them better (simple loads, many
+small programs); at 16-32 tokens it reads fewer bytes than the decode GEMV and issues fewer
+instructions than v2. benchmarks/moe_grouped_gemv_sweep.py measures all three.
 
 Layout: every tensor of the inner loop is 3-D, [rows, M, words or groups]. Weights are loaded
 as [rows, 1, GROUPS_PER_STEP * 4] (16-byte runs, one scale group per thread) and x through
@@ -16,15 +24,18 @@ pointers broadcast to [rows, M, ...]: Triton orders the dims of both loads (2, 0
 contiguity and gives threads and warps to the words and rows first, so the M axis stays in
 registers, a thread holds all M tokens of its (row, group), and the unpacked lanes serve them
 without layout conversions (with M first, the x load spread M over threads and each step paid a
-shared-memory round trip: offline sm_90 SASS, triton 3.6). gate and up share the x words.
+shared-memory round trip: offline sm_90 SASS, triton 3.6). A thread takes two rows that share x:
+gate_up's gate and up rows, down's output rows 2i and 2i + 1.
 
-Kernels (three launches after routing and the sort, all with PDL where available):
+Kernels (four launches after routing, all with PDL where available):
+  0. the sort (`expert_schedule`): sorted pair indices, counts, offsets, cumulative tile counts;
   1. gate_up: grid (cdiv(INTER, BLOCK_PAIRS), M-tiles). Rows 2j (gate) and 2j+1 (up); epilogue
      * x_unscale per token, bias, clamped SwiGLU, act stored by pair index as fp16 pair planes
      scaled by 2^ACT_EXP (the decode GEMV's act format);
   2. down: grid (cdiv(H, BLOCK_ROWS), M-tiles), the same over the act planes; each pair's output
      row (+ bias) times its routing weight goes to y [P, H] fp32 by pair index;
-  3. slot sum: out[t] = sum over the top_k slots of y, in x.dtype (deterministic, no atomics).
+  3. slot sum: out[t] = sum over the top_k slots of y, in x.dtype (a fixed order and no atomics
+     anywhere: replays give the same bits).
 The grid's M axis is an upper bound of the real tiles (no host sync); programs past the last tile
 exit at once.
 """
@@ -54,7 +65,8 @@ from gossamer.ops.base import ExpertWeights
 # Launch configurations: BLOCK_PAIRS (gate_up: intermediate pairs, i.e. 2x as many rows) /
 # BLOCK_ROWS (down: output rows, taken two per thread) per program; GROUPS_PER_STEP scale groups
 # (32 elements, 16 bytes per row) per step; NUM_STAGES 0 for a register double buffer of the
-# words, >= 2 for tl.range pipelining through shared memory; SPECIALIZE (see the kernels' note).
+# words, >= 2 for tl.range pipelining through shared memory; UNROLL steps per iteration of
+# the register double buffer's loop; SPECIALIZE a body per tile size (_run_tile).
 # A thread takes one 16-byte run (row pair, group) per step or more: a tile with fewer runs than
 # threads would share runs between threads and convert layouts through shared memory, so such
 # configs are refused (_check_config).
@@ -72,8 +84,8 @@ GEMV_DOWN = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "UNROLL": 
 _SUM_BLOCK = 1024
 # Token slots per M-tile (the largest body with SPECIALIZE), by pairs per call: (most pairs,
 # BLOCK_M) in order, the last entry for everything above. A starting point for the sweep: tiles
-# of one slot while experts rarely share a token (T * k <= E / 4), then 2, then 4 (8 would set
-# every tile's registers to ~228, two programs of 4 warps per SM).
+# of one slot while experts rarely share a token (T * k <= E / 4), then 2, then 4 (8 would give
+# every tile the registers of the 8-slot body, ~250: two programs of 4 warps per SM).
 BLOCK_M_BY_PAIRS = ((32, 1), (128, 2), (1 << 62, 4))
 MAX_BLOCK_M = 8
 # (sorted_pairs, counts, offsets, tile_ends): the pairs in expert order (see _expert_schedule)
