@@ -8,7 +8,8 @@ For each kernel, config and BLOCK_M: the main loop's instruction count per threa
 (what one loop iteration of one thread streams) and per weight per token (divided by BLOCK_M:
 the figure to compare with the decode GEMV's per-weight count at one pair per expert read), and
 the shared-memory instructions in the loop (0 means no layout conversion between the weight
-tile and the M tokens' x words).
+tile and the M tokens' x words; the pipelined loops read their words from shared memory). A loop
+that UNROLL unrolls completely (2 steps of 32 groups) leaves no loop to count ("1 per loop").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from moe_grouped_gemv_sweep import DOWN_SHAPES, GATE_UP_SHAPES, configs  # noqa: E402
 from sass_counts import INTER, SCHEDULE_ARGS, H, compile_sm90, loop_histogram  # noqa: E402
 
 from gossamer.kernels import moe_grouped_gemv as gemv  # noqa: E402
@@ -98,27 +100,19 @@ def down(config: dict, block_m: int, layout: int, specialize: bool = False) -> d
     return count(f"down {_name(config)}", compiled, weights, block_m)
 
 
-# (BLOCK_PAIRS or BLOCK_ROWS, GROUPS_PER_STEP, num_warps): rows x groups per step, 1-4 (row,
-# group) runs of 16 bytes per thread.
-GATE_UP_SHAPES = [(16, 8, 4), (16, 16, 4), (32, 16, 4), (8, 16, 2), (16, 8, 2), (32, 8, 4)]
-DOWN_SHAPES = [(32, 8, 4), (64, 4, 4), (64, 8, 4), (32, 16, 4), (16, 16, 2), (32, 8, 2)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--block-m", default="1,2,4,8")
     parser.add_argument("--layout", type=int, default=moe.LAYOUT_FP16_LANES)
-    parser.add_argument("--all", action="store_true", help="every tile shape, not the defaults")
+    parser.add_argument("--all", action="store_true", help="the sweep's shapes, not the defaults")
     parser.add_argument("--unroll", type=int, default=0, help="UNROLL for every config")
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes, layout {args.layout}")
     sizes = [int(m) for m in args.block_m.split(",")]
     gate_ups, downs = [gemv.GEMV_GATE_UP], [gemv.GEMV_DOWN]
     if args.all:
-        gate_ups = [gemv.GEMV_GATE_UP | {"BLOCK_PAIRS": r, "GROUPS_PER_STEP": g, "num_warps": w}
-                    for r, g, w in GATE_UP_SHAPES]  # fmt: skip
-        downs = [gemv.GEMV_DOWN | {"BLOCK_ROWS": r, "GROUPS_PER_STEP": g, "num_warps": w}
-                 for r, g, w in DOWN_SHAPES]  # fmt: skip
+        gate_ups = configs(GATE_UP_SHAPES, "BLOCK_PAIRS", gemv.GEMV_GATE_UP)
+        downs = configs(DOWN_SHAPES, "BLOCK_ROWS", gemv.GEMV_DOWN)
     if args.unroll:
         gate_ups = [c | {"UNROLL": args.unroll} for c in gate_ups]
         downs = [c | {"UNROLL": args.unroll} for c in downs]

@@ -53,11 +53,15 @@ from gossamer.ops.base import ExpertWeights  # noqa: E402
 BLOCK_MS = [(1, 1, 2), (1, 1, 1), (2, 0, 2), (2, 1, 2), (2, 1, 1), (4, 0, 2), (4, 1, 2),
             (4, 1, 1), (8, 1, 2), (8, 1, 1)]  # fmt: skip
 # (rows, GROUPS_PER_STEP, num_warps, NUM_STAGES): gate_up rows are intermediate pairs, down rows
-# output rows; each keeps at least one 16-byte run per thread (gemv._check_config).
-GATE_UP_SHAPES = [(16, 8, 4, 0), (16, 16, 4, 0), (32, 8, 4, 0), (8, 16, 2, 0), (16, 8, 2, 0),
-                  (32, 16, 8, 0), (16, 8, 4, 3), (16, 16, 4, 3), (32, 8, 8, 3)]  # fmt: skip
-DOWN_SHAPES = [(32, 8, 4, 0), (64, 4, 4, 0), (64, 8, 4, 0), (32, 16, 4, 0), (32, 8, 2, 0),
-               (64, 16, 8, 0), (32, 8, 4, 3), (64, 8, 4, 3), (64, 8, 8, 3)]  # fmt: skip
+# output rows; each keeps at least one 16-byte run per thread (gemv._check_config). Runs of 128,
+# 256 and 512 bytes per row and step (8, 16, 32 groups), one or two runs per thread, both loop
+# forms.
+GATE_UP_SHAPES = [(8, 16, 4, 0), (16, 8, 4, 0), (4, 32, 4, 0), (8, 32, 8, 0), (16, 16, 4, 0),
+                  (8, 16, 2, 0), (16, 16, 8, 0), (8, 16, 4, 3), (4, 32, 4, 3), (16, 8, 4, 3),
+                  (8, 32, 8, 2)]  # fmt: skip
+DOWN_SHAPES = [(16, 16, 4, 0), (32, 8, 4, 0), (8, 32, 4, 0), (16, 32, 8, 0), (32, 16, 4, 0),
+               (16, 16, 2, 0), (32, 16, 8, 0), (16, 16, 4, 3), (8, 32, 4, 3), (32, 8, 4, 3),
+               (16, 32, 8, 2)]  # fmt: skip
 
 
 @dataclasses.dataclass

@@ -71,14 +71,18 @@ from gossamer.ops.base import ExpertWeights
 # threads would share runs between threads and convert layouts through shared memory, so such
 # configs are refused (_check_config).
 # SASS compiled offline (sm_90, triton 3.6, benchmarks/moe_grouped_gemv_sass.py), instructions
-# per weight and token in the main loops of these configs, gate_up / down, at M = 1, 2, 4, 8
-# token slots: 2.16 / 2.17, 1.50 / 1.49, 1.10 / 1.12, 0.95 / 0.94 (registers of one body 54,
-# 76, 168, 249; without UNROLL 2.41, 1.61, 1.17, 0.95 for 40, 63, 124, 239). The decode GEMV
-# takes 2.53 / 3.09 per weight and pair; the HFMA2s alone are 0.5 per weight and token.
+# per weight and token in the main loops of these configs, gate_up / down, at M = 1, 2, 4 token
+# slots: 2.21 / 2.20, 1.49 / 1.49, 1.12 / 1.12 (registers of one body 44, 68, 130; without
+# UNROLL about 10% more instructions and fewer registers; M = 8: 0.95, ~250 registers). The
+# decode GEMV takes 2.53 / 3.09 per weight and pair; the HFMA2s alone are 0.5 per weight and token.
+# Rows are read in runs of 256 bytes per step (16 groups): the first version's 128-byte runs (8
+# groups of 16 pair rows) measured 426 us for gate_up at 64 tokens on the H200, about half the
+# copy bandwidth, and benchmarks/access_pattern.py read this weight layout at 53% of the copy
+# bandwidth in 128-byte runs against 84-89% in 256-512-byte runs of 4-8 rows.
 # Starting points: benchmarks/moe_grouped_gemv_sweep.py sweeps them on the H200.
-GEMV_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "UNROLL": 2,
+GEMV_GATE_UP = {"BLOCK_PAIRS": 8, "GROUPS_PER_STEP": 16, "NUM_STAGES": 0, "UNROLL": 2,
                 "SPECIALIZE": 1, "num_warps": 4}  # fmt: skip
-GEMV_DOWN = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 8, "NUM_STAGES": 0, "UNROLL": 2,
+GEMV_DOWN = {"BLOCK_ROWS": 16, "GROUPS_PER_STEP": 16, "NUM_STAGES": 0, "UNROLL": 2,
              "SPECIALIZE": 1, "num_warps": 4}  # fmt: skip
 # Slot-sum kernel: output columns per program.
 _SUM_BLOCK = 1024
