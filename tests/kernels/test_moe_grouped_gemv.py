@@ -216,9 +216,11 @@ def experts_120b_lanes():
     return published, _fp16_lanes(published)
 
 
+# NOTE: every (block_m, layout, config) compiles both kernels (seconds each with all the per-size
+# bodies), so the GPU tests keep to a few: the loader's layout at 16-64 tokens (block_m 2 and 4)
+# and the published one once.
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [16, 32, 64])
-@pytest.mark.parametrize("repacked", [False, True])
+@pytest.mark.parametrize("tokens,repacked", [(16, True), (32, True), (64, True), (32, False)])
 def test_gpu_120b_matches_reference(gemv, experts_120b_lanes, tokens, repacked):
     """Default configs and block_m, both bit layouts, against the fp32 reference."""
     published, lanes = experts_120b_lanes
@@ -229,8 +231,10 @@ def test_gpu_120b_matches_reference(gemv, experts_120b_lanes, tokens, repacked):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_m,specialize,stages", [(1, 1, 0), (2, 0, 0), (4, 1, 3), (8, 1, 0)])
+@pytest.mark.parametrize("block_m,specialize,stages", [(1, 1, 0), (4, 0, 3), (8, 1, 0)])
 def test_gpu_120b_tile_sizes(gemv, experts_120b_lanes, block_m, specialize, stages):
+    """One-slot tiles; one 4-slot body, pipelined; every body up to 8 slots (at 64 tokens some
+    experts hold more than 4 pairs)."""
     published, lanes = experts_120b_lanes
     x, logits = _inputs_120b(64, seed=600 + block_m)
     changes = {"SPECIALIZE": specialize, "NUM_STAGES": stages}
