@@ -32,6 +32,7 @@ from timing import copy_bandwidth
 from gossamer.kernels import attention, gemv
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
+from gossamer.model.weights import set_experts_layout
 from gossamer.runner.model_runner import ModelRunner
 
 # In this order, so that the experts are repacked twice per round (each repack of 120b's 57 GB of
@@ -45,22 +46,8 @@ VARIANTS = {
 }
 
 
-def set_layout(model, layout: str) -> None:
-    """Repack every expert's blocks in place to `layout` (both directions are bit permutations)."""
-    for module in model.modules():
-        current = getattr(module, "blocks_layout", None)
-        if current is None or current == layout or not module.mxfp4:
-            continue
-        convert = (
-            mxfp4.to_fp16_lanes if layout == mxfp4.LAYOUT_FP16_LANES else mxfp4.from_fp16_lanes
-        )
-        for blocks in (module.gate_up_proj_blocks, module.down_proj_blocks):
-            blocks.copy_(convert(blocks))
-        module.blocks_layout = layout
-
-
 def apply(model, variant: dict, defaults: dict) -> None:
-    set_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
+    set_experts_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
     gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
 

@@ -217,13 +217,21 @@ def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
     """Repack every MXFP4 expert's blocks in place to mxfp4.LAYOUT_FP16_LANES (the Triton
     kernels' cheaper unpack); returns how many expert modules changed. Only for a model that
     runs the Triton ops: the torch reference reads either layout, more slowly."""
+    return set_experts_layout(model, mxfp4.LAYOUT_FP16_LANES)
+
+
+def set_experts_layout(model: GptOssForCausalLM, layout: str) -> int:
+    """Repack every MXFP4 expert's blocks in place to `layout` (both directions are bit
+    permutations); returns how many expert modules changed."""
+    convert = {mxfp4.LAYOUT_FP16_LANES: mxfp4.to_fp16_lanes, mxfp4.LAYOUT_HF: mxfp4.from_fp16_lanes}
     changed = 0
     for module in model.modules():
-        if getattr(module, "blocks_layout", None) != mxfp4.LAYOUT_HF or not module.mxfp4:
+        current = getattr(module, "blocks_layout", None)
+        if current is None or current == layout or not module.mxfp4:
             continue
         for blocks in (module.gate_up_proj_blocks, module.down_proj_blocks):
-            blocks.copy_(mxfp4.to_fp16_lanes(blocks))
-        module.blocks_layout = mxfp4.LAYOUT_FP16_LANES
+            blocks.copy_(convert[layout](blocks))
+        module.blocks_layout = layout
         changed += 1
     return changed
 
