@@ -134,6 +134,8 @@ class ModelRunner:
             name: torch.from_numpy(array).to(self.device) for name, array in self.host.items()
         }
         self._width = 1  # block-table columns the current step uses
+        # run(device_input_ids=...): ids that `_upload` copies over the first rows, device to device
+        self._device_input_ids: torch.Tensor | None = None
 
     def _fill(self, seqs: list[SeqInput]) -> tuple[int, list[int], int, int]:
         """Write the step into the host arrays; returns (num_tokens, logits rows, max q, max kv).
@@ -186,6 +188,9 @@ class ModelRunner:
             torch.from_numpy(self.host["query_start_loc"][: num_seqs + 1])
         )
         self.dev["seq_lens"][:num_seqs].copy_(torch.from_numpy(self.host["seq_lens"][:num_seqs]))
+        ids, self._device_input_ids = self._device_input_ids, None  # used by one upload only
+        if ids is not None:
+            self.dev["input_ids"][: ids.numel()].copy_(ids)
 
     def _metadata(
         self, num_tokens: int, num_seqs: int, max_query: int, max_seq: int, host_lens: bool
@@ -210,8 +215,15 @@ class ModelRunner:
     # ---- execution -----------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def run(self, seqs: list[SeqInput]) -> torch.Tensor:
-        """Run one step; returns float32 logits [sum of num_logits, vocab] in sequence order."""
+    def run(
+        self, seqs: list[SeqInput], device_input_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Run one step; returns float32 logits [sum of num_logits, vocab] in sequence order.
+
+        `device_input_ids` ([k] int64, on the model's device): the input ids of the first k fed
+        tokens, which replace theirs in `seqs` (placeholders) by a device-to-device copy. The
+        overlapped engine step feeds the previous step's sampled tokens this way, never reading
+        them on the host (engine/overlap.py)."""
         self.last_extras = ()
         if not seqs:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
@@ -220,6 +232,7 @@ class ModelRunner:
         num_tokens, rows, max_query, max_seq = self._fill(seqs)
         if num_tokens > self.max_tokens:
             raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
+        self._device_input_ids = device_input_ids
         key, mode = plan_step(seqs, self.graphs)
         self.step_modes[mode] += 1
         if key is not None:
