@@ -7,6 +7,7 @@
 from gossamer.scheduler.output import RequestUpdate, ScheduledRequest, SchedulerOutput
 from gossamer.scheduler.request import FinishReason, Request, RequestStatus
 from gossamer.scheduler.scheduler import (
+    CONTINUATION_TOKEN_ID,
     DuplicateRequestError,
     RequestTooLargeError,
     Scheduler,
@@ -14,6 +15,7 @@ from gossamer.scheduler.scheduler import (
 )
 
 __all__ = [
+    "CONTINUATION_TOKEN_ID",
     "DuplicateRequestError",
     "FinishReason",
     "Request",

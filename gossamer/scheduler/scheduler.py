@@ -21,6 +21,10 @@ tokens (num_computed_tokens goes down and blocks past it are released), appends 
 checks EOS / stop token ids / max_tokens / max_model_len, caches newly full blocks and frees
 finished requests. Text stop strings are detected elsewhere and reported with `finish()`.
 
+`schedule_continuation(previous)` (overlapped scheduling, gossamer/engine/overlap.py) schedules the
+decode step after `previous` before `previous`'s tokens are applied, or declines (None) whenever
+the rules above might choose differently (waiting requests, preemption, the end of the context).
+
 Costs: every step is O(running requests) plus O(new blocks); nothing runs per token except the
 stop check of the sampled tokens.
 
@@ -38,6 +42,10 @@ from dataclasses import dataclass, field
 from gossamer.cache.manager import KVCacheManager
 from gossamer.scheduler.output import RequestUpdate, ScheduledRequest, SchedulerOutput
 from gossamer.scheduler.request import FinishReason, Request, RequestStatus
+
+# What a continuation step (`schedule_continuation`) feeds in place of the previous step's sampled
+# token, which only the device holds; the engine has the runner overwrite it there.
+CONTINUATION_TOKEN_ID = 0
 
 
 class SchedulerError(Exception):
@@ -338,18 +346,85 @@ class Scheduler:
             )
             num_tokens += num_new
             num_decodes += is_decode
+        return self._output(tuple(scheduled), num_decodes, num_tokens, tuple(step.preempted))
+
+    def _output(
+        self,
+        scheduled: tuple[ScheduledRequest, ...],
+        num_decodes: int,
+        num_tokens: int,
+        preempted: tuple[str, ...],
+    ) -> SchedulerOutput:
+        """The step's output; it reports (once) the requests that ended since the last one."""
         output = SchedulerOutput(
             step=self._step,
-            scheduled_requests=tuple(scheduled),
+            scheduled_requests=scheduled,
             num_decode_requests=num_decodes,
             num_scheduled_tokens=num_tokens,
-            preempted_request_ids=tuple(step.preempted),
+            preempted_request_ids=preempted,
             finished_request_ids=tuple(self._finished_ids),
             aborted_request_ids=tuple(self._aborted_ids),
         )
         self._finished_ids.clear()
         self._aborted_ids.clear()
         return output
+
+    def schedule_continuation(self, previous: SchedulerOutput) -> SchedulerOutput | None:
+        """The step after `previous`, a plain decode step whose sampled tokens are not applied yet
+        (overlapped scheduling, gossamer/engine/overlap.py): every request of `previous` still
+        running is assumed to go on, and feeds one token at the position after the one `previous`
+        fed. That token is not known on the host: the output carries CONTINUATION_TOKEN_ID in its
+        place and the engine feeds the sampled token from the device.
+
+        None when the ordinary `schedule()` must decide instead: a request waits, a running
+        request was not in `previous` or was not a plain decode there, a position would leave the
+        context, or the pool is short of a block (schedule() would preempt). A request that turns
+        out to stop on its `previous` token computes one token too many: `update()` drops it, and
+        the block taken for it is freed with the request's other blocks.
+
+        NOTE: on None, requests before the one that lacked a block keep the block taken for their
+        next position; they use it at their next step or free it when they end."""
+        if self.waiting or not self.running:
+            return None
+        continuing = [item for item in previous.scheduled_requests if self._continues(item)]
+        if len(continuing) != len(self.running):
+            return None  # someone runs that `previous` did not hold, or did not decode
+        allocate_slots = self.kv_cache_manager.allocate_slots
+        for item in continuing:
+            # the position `previous` fed (not yet counted as computed) and the next one
+            if not allocate_slots(self.requests[item.request_id], 2):
+                return None
+        self._step += 1
+        return self._build_continuation(continuing)
+
+    def _continues(self, item: ScheduledRequest) -> bool:
+        """Whether a request of the previous step can go on without the host seeing its token."""
+        request = self.requests.get(item.request_id)
+        return (
+            request is not None
+            and request.status is RequestStatus.RUNNING
+            and request.num_computed_tokens == item.start_position  # its update is still due
+            and item.num_new_tokens == 1
+            and item.num_draft_tokens == 0
+            and item.do_sample
+            and (self.max_model_len is None or item.start_position + 1 < self.max_model_len)
+        )
+
+    def _build_continuation(self, continuing: list[ScheduledRequest]) -> SchedulerOutput:
+        take_new_block_ids = self.kv_cache_manager.take_new_block_ids
+        scheduled = []
+        for item in continuing:
+            block_table_start, new_block_ids = take_new_block_ids(item.request_id)
+            scheduled.append(
+                item._replace(
+                    token_ids=[CONTINUATION_TOKEN_ID],
+                    start_position=item.start_position + 1,
+                    is_new=False,
+                    block_table_start=block_table_start,
+                    new_block_ids=new_block_ids,
+                )
+            )
+        return self._output(tuple(scheduled), len(scheduled), len(scheduled), ())
 
     # ---- after the step --------------------------------------------------------------------
 
