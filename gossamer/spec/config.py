@@ -62,8 +62,12 @@ class SpecConfig:
     # The step cost model: {batch: [cost at k = 0, 1, 2, ...]} or {batch: {k: cost}} (any unit, as
     # ms; each row is taken relative to its k = 0), or the path of a .json file holding that
     # (optionally under "cost_table": what `benchmarks/spec_decode.py verify-cost --cost-table`
-    # writes). None: the built-in H200 gpt-oss-120b table.
+    # writes). None: measured at engine start-up on the GPU with CUDA graphs
+    # (gossamer/spec/calibrate.py), else the built-in H200 gpt-oss-120b table.
     cost_table: Any = None
+    # Charge the proposers' measured host time per request (python lookups, a draft model's
+    # passes) against speculating, in plain steps (gossamer/spec/cost.py). Off: drafts are free.
+    charge_proposer_time: bool = True
     # draft / eagle3: tree drafts instead of chains (gossamer/spec/tree.py): {"branching": [3, 2,
     # 1, 1]} (the top-k children of every node, per depth) or {"paths": [[0], [1], [0, 0], ...]}
     # (EAGLE-style rank paths). Its depth must not exceed num_speculative_tokens; every node is a

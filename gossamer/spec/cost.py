@@ -16,6 +16,27 @@ and the acceptance that pays rises (gpt-oss-120b table: 0.24 per position at bat
   tokens T the best allocation is the T largest gains overall (each request's gains fall with
   the position, so the largest T always form prefixes); try every T.
 
+Host time: proposing runs on the host between steps (python suffix and n-gram lookups per request,
+a draft model's forward passes), and the GPU waits for it. With a small model it is a large share
+of a step (gpt-oss-mini: ~40 us per request for suffix, a 0.66 ms step at batch 8), so a step that
+proposes for requests R is charged H = sum over r in R of p_r / T extra plain steps, where p_r is
+the running estimate of its method's seconds per request (`ProposerTime`) and T the plain step's
+seconds. The rule then compares
+
+    (B + sum of gains) / (cost(B, k) + H)   against   B / 1,
+
+so a step speculates only when its expected extra tokens pay for the verification and for the
+proposing. H counts only before proposing (once the drafts exist their time is spent): padded,
+every request with a draft proposes; ragged, the requests given at least one draft. T is the
+engine's measured step time (wall time between the speculator's calls, over cost(B, k) of the
+step), or before that the calibrated k = 0 step (gossamer/spec/calibrate.py); without either,
+no host charge. The estimates fade toward 0 while a method is not proposing, so that a proposer
+left off for its cost is timed again now and then.
+
+The step costs: an explicit `cost_table` of the config; else, on the GPU with CUDA graphs, the
+table the engine times at start-up on its own runner (gossamer/spec/calibrate.py); else
+DEFAULT_COST_TABLE.
+
 The acceptance rates come from `AcceptanceStats`: per request and method, counts of tries and
 acceptances per position that fade with every engine step, shrunk toward the method's rates over
 all requests, which are themselves shrunk toward the previous position's rate (position 0 toward
@@ -190,27 +211,32 @@ def choose_draft_lens(
     ladder: Sequence[int],
     padded: bool,
     token_budget: int | None = None,
+    host_costs: Sequence[float] | None = None,  # per request: proposing it, in plain steps
 ) -> list[int]:
-    """Drafts per request (0 = none) that maximise expected tokens per unit of step cost."""
+    """Drafts per request (0 = none) that maximise expected tokens per unit of step cost, the
+    host time of proposing for the requests that get drafts included."""
+    host = host_costs if host_costs is not None else [0.0] * len(request_gains)
     if padded:
-        return _padded_lens(request_gains, cost, ladder, token_budget)
-    return _ragged_lens(request_gains, cost, token_budget)
+        return _padded_lens(request_gains, cost, ladder, token_budget, host)
+    return _ragged_lens(request_gains, cost, token_budget, host)
 
 
-def _padded_lens(request_gains, cost, ladder, token_budget) -> list[int]:
+def _padded_lens(request_gains, cost, ladder, token_budget, host_costs) -> list[int]:
     batch = len(request_gains)
+    # every request with a draft proposes whatever k the step takes
+    host = sum(h for g, h in zip(request_gains, host_costs, strict=True) if g)
     best_k, best_value = 0, float(batch)
     for k in ladder:
         if token_budget is not None and batch * (1 + k) > token_budget:
             break
         tokens = batch + sum(sum(g[:k]) for g in request_gains)
-        value = tokens / cost(batch, k)
+        value = tokens / (cost(batch, k) + host)
         if value > best_value:
             best_k, best_value = k, value
     return [min(best_k, len(g)) for g in request_gains]
 
 
-def _ragged_lens(request_gains, cost, token_budget) -> list[int]:
+def _ragged_lens(request_gains, cost, token_budget, host_costs) -> list[int]:
     batch = len(request_gains)
     ranked = sorted(
         (
@@ -222,16 +248,59 @@ def _ragged_lens(request_gains, cost, token_budget) -> list[int]:
     )
     if token_budget is not None:
         del ranked[max(token_budget - batch, 0) :]
-    best_count, best_value, tokens = 0, float(batch), float(batch)
-    for count, (g, _, _) in enumerate(ranked, 1):
+    best_count, best_value, tokens, host = 0, float(batch), float(batch), 0.0
+    for count, (g, position, request) in enumerate(ranked, 1):
         tokens += g
-        value = tokens / cost(batch, count / batch)
+        if position == 0:  # a request's first draft (gains fall with the position): it proposes
+            host += host_costs[request]
+        value = tokens / (cost(batch, count / batch) + host)
         if value > best_value:
             best_count, best_value = count, value
     lens = [0] * batch
     for _, _, request in ranked[:best_count]:
         lens[request] += 1
     return lens
+
+
+class ProposerTime:
+    """Host seconds per request of each method's `propose`: an exponential average (weight
+    `alpha` per timed call) that fades by `decay` per engine step toward 0 while the method is
+    not timed, so that a proposer judged too slow to pay is tried again now and then."""
+
+    def __init__(self, alpha: float, decay: float) -> None:
+        self.alpha = alpha
+        self.decay = decay
+        self._estimates: dict[str, tuple[float, int]] = {}  # method -> (seconds, step)
+
+    def record(self, method: str, seconds: float, num_requests: int, step: int) -> None:
+        sample = seconds / max(num_requests, 1)
+        if method not in self._estimates:
+            self._estimates[method] = (sample, step)
+            return
+        previous = self.per_request(method, step)
+        self._estimates[method] = (previous + self.alpha * (sample - previous), step)
+
+    def per_request(self, method: str, step: int) -> float:
+        seconds, last_step = self._estimates.get(method, (0.0, step))
+        return seconds * self.decay ** max(step - last_step, 0)
+
+
+class StepTime:
+    """The engine's plain decode step in seconds, from the wall time of recent decode-only steps
+    over their modelled cost(batch, k): an exponential average (weight `alpha`) whose samples
+    are capped at 4x the estimate, so that a stall (a compile, a pause of the caller) does not
+    make host time look cheap."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.seconds: float | None = None
+
+    def record(self, seconds: float, cost: float) -> None:
+        sample = seconds / cost
+        if self.seconds is None:
+            self.seconds = sample
+        else:
+            self.seconds += self.alpha * (min(sample, 4 * self.seconds) - self.seconds)
 
 
 class DraftLengthChooser:
@@ -253,6 +322,36 @@ class DraftLengthChooser:
         self.method_decay = 1 - 2 / (METHOD_MEMORY_WINDOWS * window + 1)
         self._methods: dict[str, AcceptanceStats] = {}
         self._requests: dict[str, dict[str, AcceptanceStats]] = {}
+        self.proposer_time = ProposerTime(1 - self.request_decay, self.method_decay)
+        self.step_time = StepTime(1 - self.request_decay)
+        self._calibrated_seconds: list[tuple[float, float]] = []  # (batch, k = 0 step seconds)
+
+    def use_measured_table(self, table: Sequence[tuple[int, Sequence[tuple[float, float]]]]):
+        """Decide with a table timed on this engine (milliseconds; gossamer/spec/calibrate.py):
+        its costs, and its k = 0 steps as the plain step's time until the engine measured it."""
+        self.cost = StepCost(table)
+        self._calibrated_seconds = [
+            (float(batch), dict(points)[0] / 1e3) for batch, points in table
+        ]
+
+    def plain_step_seconds(self, batch: int) -> float | None:
+        """What a plain decode step takes: the engine's measurement, else the calibration's k = 0
+        step at `batch` (linear between its batches, the nearest end outside), else None."""
+        if self.step_time.seconds is not None:
+            return self.step_time.seconds
+        points = self._calibrated_seconds
+        if not points:
+            return None
+        if len(points) == 1 or batch <= points[0][0]:
+            return points[0][1]
+        return points[-1][1] if batch >= points[-1][0] else _interpolate(points, batch)
+
+    def record_step_time(self, batch: int, num_drafts: int, seconds: float) -> None:
+        """A decode-only step of `batch` requests and `num_drafts` drafts took `seconds`."""
+        self.step_time.record(seconds, self.cost(batch, num_drafts / batch))
+
+    def record_proposer_time(self, method: str, seconds: float, num_requests: int, step: int):
+        self.proposer_time.record(method, seconds, num_requests, step)
 
     def record(self, request_id: str, method: str, drafted: int, accepted: int, step: int) -> None:
         self._method_stats(method).record(drafted, accepted, step)
@@ -287,12 +386,25 @@ class DraftLengthChooser:
         padded: bool,
         token_budget: int,
         step: int,
+        charge_host: bool = False,
     ) -> list[int]:
-        """Drafts per entry of `wanted` (0 = none)."""
+        """Drafts per entry of `wanted` (0 = none). `charge_host`: the proposers' host time is
+        still to be spent (before proposing), so it counts against speculating."""
         request_gains = [
             gains(self.rates(request_id, method, step), length)
             for request_id, method, length in wanted
         ]
         request_gains += [[]] * (num_decodes - len(wanted))
-        lens = choose_draft_lens(request_gains, self.cost, self.ladder, padded, token_budget)
+        host = self._host_costs(wanted, num_decodes, step) if charge_host else None
+        lens = choose_draft_lens(request_gains, self.cost, self.ladder, padded, token_budget, host)
         return lens[: len(wanted)]
+
+    def _host_costs(
+        self, wanted: Sequence[tuple[str, str, int]], num_decodes: int, step: int
+    ) -> list[float] | None:
+        """Per decode: its method's proposing time in plain steps (None: no step time known)."""
+        plain = self.plain_step_seconds(num_decodes)
+        if not plain:
+            return None
+        costs = [self.proposer_time.per_request(method, step) / plain for _, method, _ in wanted]
+        return costs + [0.0] * (num_decodes - len(wanted))

@@ -23,7 +23,11 @@ When to speculate:
   (`cost_aware`, on for "auto" by default) the ranking is by the tokens its per-position
   acceptance estimates promise, and the number of drafts k per step (0: none) is the one with
   the most expected tokens per unit of step cost (gossamer/spec/cost.py): an upper bound before
-  proposing, the final k once the drafts are known.
+  proposing, the final k once the drafts are known. The speculator times what that model needs:
+  each proposer's host time per request (its calls with only requests it proposed for before:
+  a first proposal builds per-request indexes once) and the engine's step (from the end of one
+  `after_step` to the start of the next, decode-only steps); `calibrate` times the runner's
+  verification steps at start-up (gossamer/spec/calibrate.py).
 
 Tree drafts (`tree` in the config, draft and eagle3 only; gossamer/spec/tree.py): a draft is a
 tree of top-k guesses, fed in breadth-first order; `tree_mask` gives the engine each request's
@@ -41,6 +45,7 @@ the padded step would not fit the token budget.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,6 +55,7 @@ import torch
 from gossamer.runner.model_runner import MAX_MULTI_TOKEN_GRAPH_SEQS, SeqInput, uniform_query_len
 from gossamer.runner.sampler import SamplingRow, TokenLogprobs
 from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOutput
+from gossamer.spec.calibrate import calibrated_cost_table
 from gossamer.spec.config import SpecConfig
 from gossamer.spec.cost import DraftLengthChooser
 from gossamer.spec.metrics import SpecMetrics
@@ -83,6 +89,8 @@ class Speculator:
         # the last verification's accepted tree paths: request id -> (index in its batch, nodes)
         self._tree_paths: dict[str, tuple[int, list[int]]] = {}
         self._step = 0
+        self._proposed_for: dict[str, set[str]] = defaultdict(set)  # method -> request ids
+        self._step_done: float | None = None  # perf_counter at the end of the last after_step
         self.chooser = None  # cost-aware k (gossamer/spec/cost.py)
         if config.chooses_k:
             self.chooser = DraftLengthChooser(
@@ -91,6 +99,16 @@ class Speculator:
                 config.num_speculative_tokens,
                 config.acceptance_window,
             )
+
+    def calibrate(self, runner, num_blocks: int) -> None:
+        """At engine start-up, once `runner` captured its graphs: time its verification steps for
+        the cost model (gossamer/spec/calibrate.py). Nothing without the cost model, with an
+        explicit cost_table (it wins) or without CUDA graphs (the built-in table stays)."""
+        if self.chooser is None:
+            return
+        table = calibrated_cost_table(self.config, runner, num_blocks)
+        if table is not None:
+            self.chooser.use_measured_table(table)
 
     # ---- verification ------------------------------------------------------------------------
 
@@ -194,6 +212,7 @@ class Speculator:
         sampled: dict[str, list[int]],
         row_for: Callable[[str], SamplingRow | None],
     ) -> None:
+        self._record_step_time(scheduled, time.perf_counter())
         self._step += 1
         self._record(scheduled, sampled)
         self._release_ended(scheduler)
@@ -210,6 +229,21 @@ class Speculator:
                 proposer.accepted_paths(paths)
             proposer.observe(scheduled, live)
         self._propose(scheduler, row_for)
+        self._step_done = time.perf_counter()
+
+    def _record_step_time(self, scheduled: SchedulerOutput, now: float) -> None:
+        """The engine's step since the last after_step: the plain step time the cost model
+        converts host time with. Steps with a prompt chunk (and the idle time before one) are
+        left out."""
+        items = scheduled.scheduled_requests
+        if self.chooser is None or self._step_done is None or not items:
+            return
+        if any(
+            not item.do_sample or item.num_new_tokens != 1 + item.num_draft_tokens for item in items
+        ):
+            return
+        num_drafts = sum(item.num_draft_tokens for item in items)
+        self.chooser.record_step_time(len(items), num_drafts, now - self._step_done)
 
     def _record(self, scheduled: SchedulerOutput, sampled: dict[str, list[int]]) -> None:
         for item in scheduled.scheduled_requests:
@@ -253,6 +287,8 @@ class Speculator:
             del self._tracked[request_id]
             self._states.pop(request_id, None)
             self._pending.pop(request_id, None)
+            for requests in self._proposed_for.values():
+                requests.discard(request_id)
             if self.chooser is not None:
                 self.chooser.forget(request_id)
             for proposer in self.proposers.values():
@@ -283,7 +319,8 @@ class Speculator:
         """Drafts of the lengths the cost model prefers: an upper bound before proposing (less
         proposer work, none at all for k = 0), the final lengths once the drafts are known."""
         wanted = [(s.request_id, self._first_method(s), s.max_draft_tokens) for s in candidates]
-        limits = self._choose(scheduler, padded, wanted)
+        charge_host = self.config.charge_proposer_time  # still to be spent: it may not pay
+        limits = self._choose(scheduler, padded, wanted, charge_host)
         candidates = [
             replace(spec, max_draft_tokens=k)
             for spec, k in zip(candidates, limits, strict=True)
@@ -299,11 +336,15 @@ class Speculator:
         }
 
     def _choose(
-        self, scheduler: Scheduler, padded: bool, wanted: list[tuple[str, str, int]]
+        self,
+        scheduler: Scheduler,
+        padded: bool,
+        wanted: list[tuple[str, str, int]],
+        charge_host: bool = False,
     ) -> list[int]:
         num_decodes = len(_decodes(scheduler))
         budget = scheduler.max_num_batched_tokens
-        lens = self.chooser.choose(wanted, num_decodes, padded, budget, self._step)
+        lens = self.chooser.choose(wanted, num_decodes, padded, budget, self._step, charge_host)
         if wanted and not any(lens):
             self.metrics.num_cost_off_steps += 1
         return lens
@@ -323,13 +364,26 @@ class Speculator:
                 groups[rankings[spec.request_id][round_index]].append(spec)
             candidates = []
             for method, group in groups.items():
-                for spec, draft in zip(group, self.proposers[method].propose(group), strict=True):
+                for spec, draft in zip(group, self._timed_propose(method, group), strict=True):
                     if draft is not None and draft.token_ids:
                         drafts[spec.request_id] = (method, _truncated(draft, spec.max_draft_tokens))
                     else:
                         candidates.append(spec)
             if not candidates:
                 break
+        return drafts
+
+    def _timed_propose(self, method: str, group: list[SpecRequest]) -> list[Draft | None]:
+        """The proposer's drafts for `group`, its host time per request recorded for the cost
+        model when every request of the group had a proposal of it before (a first proposal
+        may build the request's index: a one-off cost, not what each step pays)."""
+        start = time.perf_counter()
+        drafts = self.proposers[method].propose(group)
+        seconds = time.perf_counter() - start
+        seen = self._proposed_for[method]
+        if self.chooser is not None and all(spec.request_id in seen for spec in group):
+            self.chooser.record_proposer_time(method, seconds, len(group), self._step)
+        seen.update(spec.request_id for spec in group)
         return drafts
 
     def _candidate(
