@@ -4,6 +4,14 @@ positions that need them.
 
 Inputs live in persistent buffers sized once at start-up, so a step is: fill host arrays, one copy to
 the device, run. The same buffers back the captured graphs.
+
+Tree graphs (`tree_query_len`, tree speculation): graphs of `tree_query_len` tokens per sequence
+whose attention reads the tree mask from a device buffer. They replay any step whose sequences feed
+at most that many tokens each (tree verification, a truncated tree, a plain decode beside them, the
+draft model's tree growth): each sequence is padded at its end to the full length with tokens that
+write no KV and that no real token sees (a tree sequence's padding masks hold their own bit only;
+a causal sequence's padding comes after every real token), and the wanted logits are gathered from
+the graph's rows.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from gossamer.cache.block_pool import NULL_BLOCK_ID
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.ops.base import AttentionMetadata
 
@@ -23,6 +32,8 @@ DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 # Graphs of multi-token steps (speculative verification: 1 + k tokens per sequence) keep all
 # their logits, [batch * (1 + k), vocab] float32; larger batches fall back to eager.
 MAX_MULTI_TOKEN_GRAPH_SEQS = 32
+# A tree graph's sequences share one int64 bitmask per token (bit 63, the sign, unused).
+MAX_TREE_QUERY_LEN = 63
 
 # How a step ran (ModelRunner.step_modes, EngineStats.runner_steps): replayed a captured graph, or
 # ran eagerly for the reason named. An eager step launches every kernel from Python (milliseconds).
@@ -31,7 +42,7 @@ EAGER_NO_GRAPHS = "eager_no_graphs"  # nothing captured: CPU, torch ops, cuda_gr
 EAGER_PREFILL = "eager_prefill"  # some sequence feeds tokens it wants no logits for (prompt chunk)
 EAGER_MIXED = "eager_mixed_query_lens"  # all logits wanted, but query lengths differ
 EAGER_NO_GRAPH_FOR_SHAPE = "eager_no_graph_for_shape"  # uniform, but no graph of that batch and q
-EAGER_TREE = "eager_tree"  # tree speculation: graphs hold no tree mask
+EAGER_TREE = "eager_tree"  # tree speculation step that no tree graph holds (batch, tokens, context)
 
 
 @dataclass
@@ -58,23 +69,49 @@ def uniform_query_len(seqs: list[SeqInput]) -> int | None:
 
 
 def plan_step(
-    seqs: list[SeqInput], graph_keys: Collection[tuple[int, int]]
+    seqs: list[SeqInput],
+    graph_keys: Collection[tuple[int, int]],
+    tree_query_len: int | None = None,
+    max_model_len: int | None = None,
 ) -> tuple[tuple[int, int] | None, str]:
     """(graph key, GRAPH) when a graph of `graph_keys` ((batch size, q) pairs) can replay the
-    step, the smallest whose batch holds it; else (None, the EAGER_* reason)."""
+    step, the smallest whose batch holds it; else (None, the EAGER_* reason). The graphs of q =
+    `tree_query_len` hold a tree mask and replay padded steps (module doc; `fits_tree_graph`)."""
     if not graph_keys:
         return None, EAGER_NO_GRAPHS
-    if any(seq.tree_mask is not None for seq in seqs):
-        return None, EAGER_TREE
+    tree = any(seq.tree_mask is not None for seq in seqs)
     q = uniform_query_len(seqs)
+    if q is not None and not tree:
+        size = _smallest_graph(graph_keys, len(seqs), q)
+        if size is not None:
+            return (size, q), GRAPH
+    if tree_query_len is not None and fits_tree_graph(seqs, tree_query_len, max_model_len):
+        size = _smallest_graph(graph_keys, len(seqs), tree_query_len)
+        if size is not None:
+            return (size, tree_query_len), GRAPH
+    if tree:
+        return None, EAGER_TREE
     if q is None:
         prefill = any(seq.num_logits != len(seq.token_ids) for seq in seqs)
         return None, EAGER_PREFILL if prefill else EAGER_MIXED
-    fitting = (size for size, length in graph_keys if length == q and size >= len(seqs))
-    size = min(fitting, default=None)
-    if size is None:
-        return None, EAGER_NO_GRAPH_FOR_SHAPE
-    return (size, q), GRAPH
+    return None, EAGER_NO_GRAPH_FOR_SHAPE
+
+
+def _smallest_graph(graph_keys: Collection[tuple[int, int]], num_seqs: int, q: int) -> int | None:
+    return min(
+        (size for size, length in graph_keys if length == q and size >= num_seqs), default=None
+    )
+
+
+def fits_tree_graph(seqs: list[SeqInput], tree_query_len: int, max_model_len: int | None) -> bool:
+    """Whether a tree graph of `tree_query_len` tokens per sequence holds the step once padded:
+    every sequence feeds at most that many and has room for the padding before max_model_len
+    (padding tokens take the positions after the real ones: rope table, block table width)."""
+    return bool(seqs) and all(
+        1 <= len(seq.token_ids) <= tree_query_len
+        and (max_model_len is None or seq.start + tree_query_len <= max_model_len)
+        for seq in seqs
+    )
 
 
 class ModelRunner:
@@ -89,9 +126,17 @@ class ModelRunner:
         cuda_graphs: bool = True,
         graph_sizes: tuple[int, ...] = DEFAULT_GRAPH_SIZES,
         graph_query_lens: tuple[int, ...] = (1,),
+        tree_query_len: int | None = None,
         warmup: bool = True,
     ) -> None:
+        """`tree_query_len`: tokens per sequence of the tree graphs (module doc), a tree
+        verification step's 1 + nodes; None: no tree graphs (and no warm-up of tree kernels)."""
+        if tree_query_len is not None and not 1 <= tree_query_len <= MAX_TREE_QUERY_LEN:
+            raise ValueError(
+                f"tree_query_len must be 1..{MAX_TREE_QUERY_LEN}, not {tree_query_len}"
+            )
         self.model = model
+        self.tree_query_len = tree_query_len
         self.block_size = block_size
         self.device = model.device
         self.kv_cache = model.allocate_kv_cache(num_blocks, block_size)
@@ -115,7 +160,8 @@ class ModelRunner:
             warm_up(self)
         if graphs_possible(model, cuda_graphs):
             sizes = [b for b in graph_sizes if b <= max_num_seqs]
-            self.capture_graphs(sizes, graph_query_lens)
+            tree_lens = () if tree_query_len is None else (tree_query_len,)
+            self.capture_graphs(sizes, (*graph_query_lens, *tree_lens))
 
     # ---- buffers -------------------------------------------------------------------------------
 
@@ -136,46 +182,51 @@ class ModelRunner:
         self._width = 1  # block-table columns the current step uses
         # run(device_input_ids=...): ids that `_upload` copies over the first rows, device to device
         self._device_input_ids: torch.Tensor | None = None
+        self._device_input_rows: torch.Tensor | None = None  # their rows, when not the first
 
     def _fill(self, seqs: list[SeqInput]) -> tuple[int, list[int], int, int]:
-        """Write the step into the host arrays; returns (num_tokens, logits rows, max q, max kv).
-        Sets self._width: the longest block table of the step (what must be uploaded)."""
-        bs, host = self.block_size, self.host
-        input_ids, positions, slots = host["input_ids"], host["positions"], host["slot_mapping"]
-        block_tables, starts, seq_lens = (
-            host["block_tables"],
-            host["query_start_loc"],
-            host["seq_lens"],
-        )
-        cursor, rows, max_query, max_seq, width = 0, [], 0, 0, 1
+        """Write the step into the host arrays, packed; returns (num_tokens, logits rows, max q,
+        max kv). Sets self._width: the longest block table of the step (what must be uploaded)."""
+        starts, seq_lens = self.host["query_start_loc"], self.host["seq_lens"]
+        cursor, rows, max_query, max_seq = 0, [], 0, 0
+        self._width = 1
         for i, seq in enumerate(seqs):
             n, end = len(seq.token_ids), seq.start + len(seq.token_ids)
-            if n == 1:  # decode: scalar work beats building numpy arrays
-                input_ids[cursor] = seq.token_ids[0]
-                positions[cursor] = seq.start
-                for g, table in enumerate(seq.block_tables):
-                    slots[g, cursor] = table[seq.start // bs] * bs + seq.start % bs
-            else:
-                span = np.arange(seq.start, end)
-                input_ids[cursor : cursor + n] = seq.token_ids
-                positions[cursor : cursor + n] = span
-                for g, table in enumerate(seq.block_tables):
-                    table = np.asarray(table, dtype=np.int64)
-                    slots[g, cursor : cursor + n] = table[span // bs] * bs + span % bs
-            for g, table in enumerate(seq.block_tables):
-                # NOTE: entries past the table's length keep stale ids; kernels never read them.
-                block_tables[g, i, : len(table)] = table
-                width = max(width, len(table))
+            self._write_seq(i, seq, cursor)
             rows.extend(range(cursor + n - seq.num_logits, cursor + n))
             cursor += n
             starts[i + 1] = cursor
             seq_lens[i] = end
             max_query, max_seq = max(max_query, n), max(max_seq, end)
-        self._width = width
         return cursor, rows, max_query, max_seq
 
-    def _upload(self, num_tokens: int, num_seqs: int) -> None:
-        for name in ("input_ids", "positions"):
+    def _write_seq(self, i: int, seq: SeqInput, cursor: int) -> None:
+        """Sequence i's tokens, positions and slots from token `cursor` on, and its block tables;
+        widens self._width to its tables."""
+        bs, host = self.block_size, self.host
+        input_ids, positions, slots = host["input_ids"], host["positions"], host["slot_mapping"]
+        n, end = len(seq.token_ids), seq.start + len(seq.token_ids)
+        if n == 1:  # decode: scalar work beats building numpy arrays
+            input_ids[cursor] = seq.token_ids[0]
+            positions[cursor] = seq.start
+            for g, table in enumerate(seq.block_tables):
+                slots[g, cursor] = table[seq.start // bs] * bs + seq.start % bs
+        else:
+            span = np.arange(seq.start, end)
+            input_ids[cursor : cursor + n] = seq.token_ids
+            positions[cursor : cursor + n] = span
+            for g, table in enumerate(seq.block_tables):
+                table = np.asarray(table, dtype=np.int64)
+                slots[g, cursor : cursor + n] = table[span // bs] * bs + span % bs
+        for g, table in enumerate(seq.block_tables):
+            # NOTE: entries past the table's length keep stale ids; kernels never read them.
+            host["block_tables"][g, i, : len(table)] = table
+            self._width = max(self._width, len(table))
+
+    def _upload(self, num_tokens: int, num_seqs: int, tree: bool = False) -> None:
+        """The step's host arrays to the device (`tree`: the tree masks too)."""
+        names = ("input_ids", "positions", "tree_mask") if tree else ("input_ids", "positions")
+        for name in names:
             self.dev[name][:num_tokens].copy_(torch.from_numpy(self.host[name][:num_tokens]))
         self.dev["slot_mapping"][:, :num_tokens].copy_(
             torch.from_numpy(self.host["slot_mapping"][:, :num_tokens])
@@ -189,7 +240,10 @@ class ModelRunner:
         )
         self.dev["seq_lens"][:num_seqs].copy_(torch.from_numpy(self.host["seq_lens"][:num_seqs]))
         ids, self._device_input_ids = self._device_input_ids, None  # used by one upload only
-        if ids is not None:
+        rows, self._device_input_rows = self._device_input_rows, None
+        if ids is not None and rows is not None:  # a tree graph's layout (`_replay_tree`)
+            self.dev["input_ids"].index_copy_(0, rows[: ids.numel()], ids)
+        elif ids is not None:
             self.dev["input_ids"][: ids.numel()].copy_(ids)
 
     def _metadata(
@@ -229,16 +283,23 @@ class ModelRunner:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         if len(seqs) > self.max_num_seqs:
             raise ValueError(f"{len(seqs)} sequences exceed max_num_seqs={self.max_num_seqs}")
-        num_tokens, rows, max_query, max_seq = self._fill(seqs)
+        num_tokens = sum(len(seq.token_ids) for seq in seqs)
         if num_tokens > self.max_tokens:
             raise ValueError(f"{num_tokens} tokens exceed the step budget of {self.max_tokens}")
         self._device_input_ids = device_input_ids
-        key, mode = plan_step(seqs, self.graphs)
+        key, mode = self.plan(seqs)
         self.step_modes[mode] += 1
+        if key is not None and key[1] == self.tree_query_len:
+            return self._replay_tree(key, seqs)
+        _, rows, max_query, max_seq = self._fill(seqs)
         if key is not None:
             return self._replay(key, len(seqs))
         logits, self.last_extras = self._run_eager(seqs, num_tokens, rows, max_query, max_seq)
         return logits
+
+    def plan(self, seqs: list[SeqInput]) -> tuple[tuple[int, int] | None, str]:
+        """`plan_step` with this runner's graphs: (the graph key, GRAPH) or (None, why eager)."""
+        return plan_step(seqs, self.graphs, self.tree_query_len, self.model.max_model_len)
 
     @torch.inference_mode()
     def dry_run(self, seqs: list[SeqInput]) -> None:
@@ -265,22 +326,26 @@ class ModelRunner:
         return self.model.compute_logits(hidden[index]), extras
 
     def _fill_tree(self, seqs: list[SeqInput]) -> bool:
-        """Tree speculation: the tree tokens' masks and depth positions into the host arrays (mask
-        0 for the other tokens). False, writing nothing, for a step without trees."""
+        """Tree speculation, packed: the tree tokens' masks and depth positions into the host
+        arrays (mask 0 for the other tokens). False, writing nothing, for a step without trees."""
         if all(seq.tree_mask is None for seq in seqs):
             return False
-        masks, positions = self.host["tree_mask"], self.host["positions"]
         cursor = 0
         for seq in seqs:
-            n = len(seq.token_ids)
-            if seq.tree_mask is None:
-                masks[cursor : cursor + n] = 0
-            else:
-                masks[cursor : cursor + n] = seq.tree_mask
-                depths = [mask.bit_count() - 1 for mask in seq.tree_mask]
-                positions[cursor : cursor + n] = np.add(seq.start, depths)
-            cursor += n
+            self._write_tree_mask(seq, cursor)
+            cursor += len(seq.token_ids)
         return True
+
+    def _write_tree_mask(self, seq: SeqInput, cursor: int) -> None:
+        """The sequence's tree masks (0s for a causal one) from token `cursor` on, and its tree
+        tokens' depth positions (AttentionMetadata.tree_mask)."""
+        n = len(seq.token_ids)
+        if seq.tree_mask is None:
+            self.host["tree_mask"][cursor : cursor + n] = 0
+            return
+        self.host["tree_mask"][cursor : cursor + n] = seq.tree_mask
+        depths = [mask.bit_count() - 1 for mask in seq.tree_mask]
+        self.host["positions"][cursor : cursor + n] = np.add(seq.start, depths)
 
     def _add_tree_mask(self, metadata: AttentionMetadata, num_tokens: int) -> None:
         host = self.host["tree_mask"][:num_tokens]
@@ -307,7 +372,10 @@ class ModelRunner:
         host["input_ids"][first:end] = 0
         host["positions"][first:end] = np.tile(np.arange(q), graph_size - num_seqs)
         host["slot_mapping"][:, first:end] = -1
-        host["block_tables"][:, num_seqs:graph_size, 0] = 0
+        host["tree_mask"][first:end] = 0  # causal (read by tree graphs only)
+        width = -(-q // self.block_size)
+        host["block_tables"][:, num_seqs:graph_size, :width] = NULL_BLOCK_ID
+        self._width = max(self._width, width)
         host["query_start_loc"][num_seqs + 1 : graph_size + 1] = (
             np.arange(num_seqs + 1, graph_size + 1) * q
         )
@@ -322,6 +390,57 @@ class ModelRunner:
         self.last_extras = tuple(extra[:num_tokens] for extra in self.graph_extras.get(key, ()))
         return self.graph_logits[key][:num_tokens]
 
+    def _fill_tree_graph(self, seqs: list[SeqInput], q: int) -> tuple[list[int], list[int]]:
+        """Sequence i at graph tokens i*q .. (i+1)*q, padded at its end (module doc); returns the
+        graph rows of the wanted logits and of the fed tokens, in sequence order."""
+        host = self.host
+        self._width = 1
+        logit_rows, token_rows = [], []
+        for i, seq in enumerate(seqs):
+            first, n = i * q, len(seq.token_ids)
+            self._write_seq(i, seq, first)
+            self._write_tree_mask(seq, first)
+            self._pad_tree_seq(i, seq, first + n, first + q)
+            host["query_start_loc"][i + 1] = first + q
+            host["seq_lens"][i] = seq.start + q
+            token_rows.extend(range(first, first + n))
+            logit_rows.extend(range(first + n - seq.num_logits, first + n))
+        return logit_rows, token_rows
+
+    def _pad_tree_seq(self, i: int, seq: SeqInput, begin: int, end: int) -> None:
+        """Tokens begin..end pad sequence i (whose own tokens end at begin): they write no KV,
+        and no real token sees them: a tree sequence's padding masks hold their own bit only
+        (depth 0), a causal sequence's padding takes the positions after its tokens."""
+        host, n = self.host, len(seq.token_ids)
+        host["input_ids"][begin:end] = 0
+        host["slot_mapping"][:, begin:end] = -1
+        index = np.arange(n, n + end - begin)  # the padding's query indices in the sequence
+        if seq.tree_mask is None:
+            host["tree_mask"][begin:end] = 0
+            host["positions"][begin:end] = seq.start + index
+        else:
+            host["tree_mask"][begin:end] = np.left_shift(1, index)
+            host["positions"][begin:end] = seq.start
+        # NOTE: attention loads the keys of every query index, the padding's (masked out) too:
+        # table entries past the sequence's own point at the null block (zeros, never written).
+        width = -(-(seq.start + n + end - begin) // self.block_size)
+        for g, table in enumerate(seq.block_tables):
+            host["block_tables"][g, i, len(table) : width] = NULL_BLOCK_ID
+        self._width = max(self._width, width)
+
+    def _replay_tree(self, key: tuple[int, int], seqs: list[SeqInput]) -> torch.Tensor:
+        """Replay the tree graph `key` for `seqs` (each at most key[1] tokens): the wanted
+        logits, and the extras of the fed tokens, in sequence order as an eager step gives them."""
+        size, q = key
+        logit_rows, token_rows = self._fill_tree_graph(seqs, q)
+        self._pad(len(seqs), size, q)
+        tokens = torch.tensor(token_rows, device=self.device)
+        self._device_input_rows = tokens
+        self._upload(size * q, size, tree=True)
+        self.graphs[key].replay()
+        self.last_extras = tuple(extra[tokens] for extra in self.graph_extras.get(key, ()))
+        return self.graph_logits[key][torch.tensor(logit_rows, device=self.device)]
+
     def capture_graphs(
         self,
         sizes: list[int],
@@ -331,16 +450,19 @@ class ModelRunner:
         """Capture one graph per (batch size, tokens per sequence), largest first so that they
         share one memory pool. `capture`: EagerGraphCapture() tests this path on the CPU."""
         capture = capture or GraphCapture()
+        query_lens = tuple(dict.fromkeys(query_lens))  # the tree graphs' q may be a chain's too
         keys = [(size, q) for q in query_lens for size in sizes if size * q <= self.max_tokens]
         keys = [(b, q) for b, q in keys if q == 1 or b <= MAX_MULTI_TOKEN_GRAPH_SEQS]
         for size, q in sorted(keys, key=lambda key: key[0] * key[1], reverse=True):
-            num_tokens = size * q
-            self._pad(0, size, q)
+            num_tokens, tree = size * q, q == self.tree_query_len
             self._width = 1
-            self._upload(num_tokens, size)
+            self._pad(0, size, q)
+            self._upload(num_tokens, size, tree)
             # NOTE: attention sizes its split-K grid from max_seq_len; the context bound keeps one
             # graph valid for every context length.
             metadata = self._metadata(num_tokens, size, q, self.model.max_model_len, False)
+            if tree:  # read on the device only (no host copy), so it is every replay's
+                metadata.tree_mask = self.dev["tree_mask"][:num_tokens]
             ids = self.dev["input_ids"][:num_tokens]
             positions = self.dev["positions"][:num_tokens]
             graph, (logits, *extras) = capture.capture(

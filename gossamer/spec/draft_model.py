@@ -2,7 +2,7 @@
 per token (chain drafts).
 
 Design: the draft model has its own `ModelRunner` (persistent buffers, CUDA graphs for its 1-token
-steps) and its own `KVCacheManager` over a separate, smaller block pool (default: the target's block
+steps, and with a tree shape tree graphs for its tree and catch-up steps) and its own `KVCacheManager` over a separate, smaller block pool (default: the target's block
 count, which holds as many tokens as the target's pool at the draft's smaller per-token cost). It is
 not scheduled by the engine's scheduler: it lives one step behind the target, in `propose()`:
 
@@ -91,6 +91,9 @@ class DraftModelProposer(BaseProposer):
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             cuda_graphs=cuda_graphs,
+            # tree growth (at most every node) and catch-up steps (accepted tokens + 1) replay
+            # tree graphs of this many tokens per sequence
+            tree_query_len=None if tree is None else 1 + tree.num_nodes,
         )
         self.shared_generator = torch.Generator().manual_seed(seed)
         self._sequences: dict[str, _DraftSequence] = {}

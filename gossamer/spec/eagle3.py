@@ -35,8 +35,9 @@ one captured graph (`DraftChainGraphs`), random requests and uncaptured shapes d
 Tree drafts (a `tree` shape in the config): the head grows the tree one depth at a time
 (drafting.grow_trees); a node is fed at the position of its depth with its parent's pre-norm
 output as hidden state, and each depth feeds all nodes so far again under a tree mask, as the
-draft model does. Tree steps of the target run eagerly; after one, `accepted_paths` says which of
-its rows hold the hidden states of the accepted tokens.
+draft model does. The target's tree steps replay its tree graphs (runner/model_runner.py, module
+doc) where one holds them; after one, `accepted_paths` says which of its rows hold the hidden
+states of the accepted tokens.
 """
 
 from __future__ import annotations
@@ -552,6 +553,8 @@ class Eagle3Proposer(BaseProposer):
         """A ModelRunner factory for the engine: the runner it builds reports to this proposer."""
 
         def build(*args, **kwargs) -> AuxHiddenRunner:
+            if self.tree is not None:  # its verification steps replay tree graphs
+                kwargs.setdefault("tree_query_len", 1 + self.tree.num_nodes)
             runner = AuxHiddenRunner(*args, aux_layers=self.aux_layers, **kwargs)
             self.target_runner = runner
             return runner

@@ -9,6 +9,7 @@ from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.model.loader import load_model
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
+from gossamer.spec.eagle3 import AuxHiddenRunner
 from tests.hf_models import write_hf_model
 
 
@@ -81,9 +82,10 @@ def prefix_sharing_requests() -> dict[str, tuple[list[int], SamplingParams]]:
     }
 
 
-def make_engine(model, spec: SpecConfig | None, **options) -> EngineCore:
+def make_engine(model, spec: SpecConfig | None, runner=None, **options) -> EngineCore:
+    """`runner`: the target's ModelRunner, else the engine builds one."""
     config = {"block_size": 4, "num_blocks": 400, "speculative_config": spec} | options
-    return EngineCore(model, None, EngineConfig(**config))
+    return EngineCore(model, None, EngineConfig(**config), runner)
 
 
 def run_engine(engine: EngineCore, requests: dict[str, tuple[list[int], SamplingParams]]):
@@ -100,3 +102,36 @@ def run_engine(engine: EngineCore, requests: dict[str, tuple[list[int], Sampling
             tokens.setdefault(key, []).extend(out.new_token_ids)
             logprobs.setdefault(key, []).extend(out.new_logprobs)
     return tokens, logprobs, steps
+
+
+def assert_runs_alike(eager, graphed, step) -> None:
+    """One step on an eager and a graph-replaying runner (AuxHiddenRunner both): the same logits,
+    the same aux rows of the fed tokens, and the same cache (padding wrote no KV)."""
+    want = eager.run(step)
+    got = graphed.run(step)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(graphed.last_aux_hidden, eager.last_aux_hidden, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(graphed.kv_cache, eager.kv_cache, rtol=1e-5, atol=1e-5)
+
+
+# ---- runners of the target3 model's EAGLE-3 tests -----------------------------------------------
+
+AUX = (0, 1, 2)  # the EAGLE-3 heads read all three layers of target3
+
+
+def aux_runner(model, **options) -> AuxHiddenRunner:
+    return AuxHiddenRunner(
+        model,
+        aux_layers=AUX,
+        num_blocks=80,
+        block_size=4,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        **options,
+    )
+
+
+def tables(runner, seq: int) -> tuple[list[int], ...]:
+    """Distinct blocks per sequence and cache group (block 0 is the null block)."""
+    groups = runner.num_groups
+    return tuple([1 + 10 * (groups * seq + g) + i for i in range(10)] for g in range(groups))

@@ -12,11 +12,18 @@ import torch
 from gossamer.runner.model_runner import GRAPH, EagerGraphCapture, SeqInput
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
-from gossamer.spec.eagle3 import AuxHiddenRunner, ChainInput, DraftChainGraphs, load_eagle3_head
+from gossamer.spec.eagle3 import ChainInput, DraftChainGraphs, load_eagle3_head
 from tests.spec.checkpoints import write_eagle3_checkpoint
-from tests.spec.conftest import make_engine, repetitive_prompts, run_engine
+from tests.spec.conftest import (
+    AUX,
+    assert_runs_alike,
+    aux_runner,
+    make_engine,
+    repetitive_prompts,
+    run_engine,
+    tables,
+)
 
-AUX = (0, 1, 2)
 SIZES = [1, 2, 4, 8]
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
 
@@ -47,24 +54,6 @@ def head_path(tmp_path_factory, target3):
     }
 
 
-def aux_runner(model, **options) -> AuxHiddenRunner:
-    return AuxHiddenRunner(
-        model,
-        aux_layers=AUX,
-        num_blocks=80,
-        block_size=4,
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        **options,
-    )
-
-
-def tables(runner, seq: int) -> tuple[list[int], ...]:
-    """Distinct blocks per sequence and cache group (block 0 is the null block)."""
-    groups = runner.num_groups
-    return tuple([1 + 10 * (groups * seq + g) + i for i in range(10)] for g in range(groups))
-
-
 def test_the_target_runner_replays_logits_and_aux_states_of_the_eager_step(target3):
     eager = aux_runner(target3, cuda_graphs=False)
     graphed = aux_runner(target3, cuda_graphs=False)
@@ -79,14 +68,7 @@ def test_the_target_runner_replays_logits_and_aux_states_of_the_eager_step(targe
     ]
     decode = [SeqInput([4], len(p) + 3, tables(eager, i)) for i, p in enumerate(prompts[:2])]
     for step in (prefill, verify, decode):
-        want = eager.run(step)
-        got = graphed.run(step)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(
-            graphed.last_aux_hidden, eager.last_aux_hidden, rtol=1e-5, atol=1e-5
-        )
-        # padding sequences wrote no KV: both caches hold the real tokens' KV only
-        torch.testing.assert_close(graphed.kv_cache, eager.kv_cache, rtol=1e-5, atol=1e-5)
+        assert_runs_alike(eager, graphed, step)  # padding sequences wrote no KV
     assert graphed.last_aux_hidden.shape == (2, 3 * 64)  # the padding row is left out
     assert graphed.graphs[(4, 3)].num_replays == 1 and graphed.graphs[(2, 1)].num_replays == 1
     assert graphed.step_modes[GRAPH] == 2 and eager.step_modes[GRAPH] == 0
