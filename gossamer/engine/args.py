@@ -27,6 +27,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip the start-up kernel warm-up (new step shapes then compile during requests)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of unseeded sampling")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="overlap plain decode steps: launch the next step before the host has this one's "
+        "tokens, hiding the engine's host time per step (gossamer/engine/overlap.py). Off by "
+        "default until it is measured on the GPU",
+    )
     add_spec_arguments(parser)
 
 
@@ -42,6 +49,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         warmup=not args.no_warmup,
         seed=args.seed,
         speculative_config=spec_config_from_args(args),
+        async_scheduling=args.async_scheduling,
     )
 
 

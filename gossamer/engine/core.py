@@ -1,7 +1,9 @@
 """EngineCore: one `step()` = schedule -> run the model -> sample -> update -> detokenize.
 
-It is synchronous and single-threaded; `LLM` drives it in a loop and `AsyncEngine` from a background
-thread. Everything it needs (model runner, tokenizer) is passed in, so tests can give it a null model.
+It is single-threaded; `LLM` drives it in a loop and `AsyncEngine` from a background thread.
+Everything it needs (model runner, tokenizer) is passed in, so tests can give it a null model.
+With `async_scheduling`, plain decode steps overlap: the next step is launched before the host
+applies the current one's tokens (gossamer/engine/overlap.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from gossamer.cache.manager import KVCacheManager
 from gossamer.engine.detokenizer import TextState
 from gossamer.engine.errors import PromptTooLongError, RequestError
 from gossamer.engine.outputs import EngineStats, RequestOutput
+from gossamer.engine.overlap import (
+    InFlightStep,
+    is_plain_decode,
+    needs_host_tokens,
+    sample_on_device,
+)
 from gossamer.runner.model_runner import ModelRunner, SeqInput
 from gossamer.runner.sampler import Sampler, SampleResult, SamplingRow
 from gossamer.sampling_params import SamplingParams
@@ -25,6 +33,7 @@ from gossamer.scheduler import (
     Request,
     RequestTooLargeError,
     RequestUpdate,
+    ScheduledRequest,
     Scheduler,
     SchedulerOutput,
 )
@@ -48,6 +57,8 @@ class EngineConfig:
     warmup: bool = True  # compile the Triton kernels of every step shape at start-up
     seed: int = 0
     speculative_config: SpecConfig | None = None  # see gossamer/spec/config.py
+    # launch the next plain decode step before applying this one's tokens (engine/overlap.py)
+    async_scheduling: bool = False
 
 
 @dataclass
@@ -120,8 +131,6 @@ class EngineCore:
             graph_query_lens=graph_query_lens,
             warmup=config.warmup,
         )
-        if self.speculator is not None:  # the cost-aware k's step costs, timed on this runner
-            self.speculator.calibrate(self.runner, self.num_blocks)
         self.sampler = Sampler(config.seed)
         self.num_cache_groups = len(layout.groups)
         self.max_blocks_per_seq = -(-self.max_model_len // config.block_size)
@@ -129,6 +138,8 @@ class EngineCore:
         self.user_requests: dict[str, list[str]] = {}  # user id -> scheduler ids
         self.stats = EngineStats()
         self._num_runner_steps = 0  # runner.run calls, to spot steps a runner did not count
+        self._in_flight: InFlightStep | None = None  # async_scheduling: launched, not applied
+        self.num_overlapped_steps = 0  # steps launched before the previous one's tokens came
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -217,9 +228,20 @@ class EngineCore:
     # ---- one step ------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        if self.config.async_scheduling:
+            return self._step_overlapped()
+        scheduled = self._schedule()
+        return self._apply(scheduled, *self._run_and_sample(scheduled))
+
+    def _schedule(self) -> SchedulerOutput:
         scheduled = self.scheduler.schedule()
         self.stats.num_preemptions += len(scheduled.preempted_request_ids)
-        sampled, logprobs = self._run_and_sample(scheduled)
+        return scheduled
+
+    def _apply(
+        self, scheduled: SchedulerOutput, sampled: dict[str, list[int]], logprobs: dict[str, list]
+    ) -> list[RequestOutput]:
+        """Everything after the sampled tokens reach the host: update, detokenize, outputs."""
         updates = self.scheduler.update(scheduled, sampled)
         outputs = [self._process(update, logprobs.get(update.request_id)) for update in updates]
         self._fork_pending_children()
@@ -228,28 +250,52 @@ class EngineCore:
         self._refresh_stats(scheduled, updates)
         return [output for output in outputs if output is not None]
 
+    def _step_overlapped(self) -> list[RequestOutput]:
+        """One step of overlapped scheduling (engine/overlap.py): launch the step after the one
+        in flight when the scheduler can tell it now, then apply the one in flight."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None and not any(rid in self.choices for rid in in_flight.request_ids):
+            in_flight = None  # every request of it ended (its last step computed extra tokens)
+        if in_flight is None:
+            scheduled = self._schedule()
+            if not self._may_overlap(scheduled):
+                return self._apply(scheduled, *self._run_and_sample(scheduled))
+            in_flight = self._launch(scheduled)
+        following = self.scheduler.schedule_continuation(in_flight.scheduled)
+        if following is not None:
+            self._in_flight = self._launch(following, in_flight.tokens_for(following))
+            self.num_overlapped_steps += 1
+        return self._apply(in_flight.scheduled, in_flight.sampled_token_ids(), {})
+
+    def _may_overlap(self, scheduled: SchedulerOutput) -> bool:
+        """Whether the step after `scheduled` may be launched before its tokens reach the host."""
+        if self.speculator is not None or not is_plain_decode(scheduled):
+            return False
+        for item in scheduled.scheduled_requests:
+            choice = self.choices[item.request_id]
+            num_output = len(choice.request.output_token_ids)
+            if choice.pending_children or needs_host_tokens(choice.params, num_output):
+                return False
+        return True
+
+    def _launch(
+        self, scheduled: SchedulerOutput, device_input_ids: torch.Tensor | None = None
+    ) -> InFlightStep:
+        """Run a plain decode step and sample it on the device; the tokens stay there."""
+        seqs, sample_items, _ = self._runner_inputs(scheduled)
+        if device_input_ids is None:
+            logits = self.runner.run(seqs)
+        else:
+            logits = self.runner.run(seqs, device_input_ids=device_input_ids)
+        self._num_runner_steps += 1
+        rows = [self._sampling_row(self.choices[item.request_id]) for item in sample_items]
+        return InFlightStep(scheduled, sample_on_device(self.sampler, logits, rows))
+
     def _run_and_sample(
         self, scheduled: SchedulerOutput
     ) -> tuple[dict[str, list[int]], dict[str, list]]:
         """Run the step; per request that samples: its new tokens and their logprobs."""
-        seqs, sample_items, sample_seqs = [], [], []
-        for item in scheduled.scheduled_requests:
-            choice = self.choices[item.request_id]
-            if choice.tables is None or item.is_new:
-                choice.tables = BlockTables(self.num_cache_groups, self.max_blocks_per_seq)
-            choice.tables.apply(item.block_table_start, item.new_block_ids)
-            num_blocks = -(-item.end_position // self.config.block_size)
-            tables = choice.tables.views(num_blocks)
-            num_logits = item.num_draft_tokens + 1 if item.do_sample else 0
-            tree_mask = None
-            if item.num_draft_tokens and self.speculator is not None:
-                tree_mask = self.speculator.tree_mask(item)  # a tree draft's (None: a chain)
-            seqs.append(
-                SeqInput(item.token_ids, item.start_position, tables, num_logits, tree_mask)
-            )
-            if item.do_sample:
-                sample_items.append(item)
-                sample_seqs.append(seqs[-1])
+        seqs, sample_items, sample_seqs = self._runner_inputs(scheduled)
         if not seqs:
             return {}, {}
         logits = self.runner.run(seqs)
@@ -267,6 +313,32 @@ class EngineCore:
         result: SampleResult = self.sampler.sample(logits, rows)
         sampled = {rid: [token] for rid, token in zip(ids, result.token_ids, strict=True)}
         return sampled, {rid: [lp] for rid, lp in zip(ids, result.logprobs, strict=True)}
+
+    def _runner_inputs(
+        self, scheduled: SchedulerOutput
+    ) -> tuple[list[SeqInput], list[ScheduledRequest], list[SeqInput]]:
+        """The runner's sequences; the scheduled requests that sample, and their sequences."""
+        seqs: list[SeqInput] = []
+        sample_items: list[ScheduledRequest] = []
+        sample_seqs: list[SeqInput] = []
+        for item in scheduled.scheduled_requests:
+            choice = self.choices[item.request_id]
+            if choice.tables is None or item.is_new:
+                choice.tables = BlockTables(self.num_cache_groups, self.max_blocks_per_seq)
+            choice.tables.apply(item.block_table_start, item.new_block_ids)
+            num_blocks = -(-item.end_position // self.config.block_size)
+            tables = choice.tables.views(num_blocks)
+            num_logits = item.num_draft_tokens + 1 if item.do_sample else 0
+            tree_mask = None
+            if item.num_draft_tokens and self.speculator is not None:
+                tree_mask = self.speculator.tree_mask(item)  # a tree draft's (None: a chain)
+            seqs.append(
+                SeqInput(item.token_ids, item.start_position, tables, num_logits, tree_mask)
+            )
+            if item.do_sample:
+                sample_items.append(item)
+                sample_seqs.append(seqs[-1])
+        return seqs, sample_items, sample_seqs
 
     def _spec_row(self, request_id: str) -> SamplingRow | None:
         choice = self.choices.get(request_id)

@@ -1,0 +1,139 @@
+"""Overlapped (asynchronous) scheduling of plain decode steps: EngineConfig.async_scheduling.
+
+Why: an ordinary engine step ends with a host sync (the sampled tokens come to the host), then the
+host updates the requests, detokenizes, builds outputs, schedules the next step, fills its inputs
+and launches it; all that time (about 0.1-0.2 ms at batch 1, BENCHMARKS.md "Engine host
+overhead") the GPU idles. vLLM (--async-scheduling) and SGLang (overlap scheduler) hide it by
+launching step N + 1 before step N's tokens reach the host; so does this module.
+
+How (EngineCore._step_overlapped drives it):
+
+1. A step that `Scheduler.schedule()` returns is run as before, except when it is a plain decode
+   step that nothing on the host needs to see first (`may_overlap`): every request decodes one
+   token (no prefill chunk, no drafts, no preemption in this step) and samples without host-side
+   state (no logprobs, no penalties, min_tokens already reached, no n > 1 choices waiting to
+   fork). Such a step is launched (`InFlightStep`): the runner runs it, the tokens are sampled on
+   the device (`sample_on_device`, the same draws as `Sampler.sample`) and their copy to the host
+   is queued behind them (pinned memory, non-blocking, an event), and the host moves on.
+2. `Scheduler.schedule_continuation(N)` schedules step N + 1 from the scheduler's state, assuming
+   every running request continues: the same requests, positions + 1, KV slots from the block
+   allocation (a new block when a position starts one). It declines whenever the ordinary
+   schedule might decide otherwise: requests waiting (new arrivals), a block short (preemption),
+   the end of the context, a running request that was not in step N.
+3. Step N + 1 is launched with step N's sampled tokens as its input ids, copied device to device
+   into the runner's input buffer (`ModelRunner.run(device_input_ids=...)`): no host round trip.
+   Only then does the host wait for step N's tokens, and it applies them as an ordinary step does
+   (Scheduler.update, stop tokens and strings, detokenizing, outputs) while the GPU runs N + 1.
+4. The next `step()` call continues from N + 1 the same way, or, when the scheduler declines,
+   applies N + 1's tokens and returns; the call after that schedules ordinarily. So prefills,
+   arrivals, preemption, speculative decoding, logprobs and penalties all run the synchronous
+   step, and the overlap resumes at the next plain decode step.
+
+A request found finished when step N's tokens are applied (EOS, a stop token or string,
+max_tokens, an abort between two `step()` calls) has computed one token too many in step N + 1:
+Scheduler.update drops it, since the request is no longer running. Its KV slot was allocated
+like any other, and the scheduler frees it with the request's other blocks when the request
+ends, so the block pool's accounting is unchanged. Freeing while step N + 1 still writes that slot
+is safe: blocks change hands on the host only, and whoever gets the block next writes it in a
+later step, after N + 1 on the same CUDA stream. The next continuation gathers the device tokens
+of the requests still running (`InFlightStep.tokens_for`).
+
+Outputs are those of the synchronous engine, token for token, for greedy and seeded sampling
+(each seeded request draws from its own generator, in the same order). Unseeded random sampling
+draws from the engine's shared generator; a request's extra row draws from it too, so unseeded
+outputs may differ from a synchronous run (they depend on the batch anyway).
+
+Costs left on the host-GPU boundary, measured by the lead on the H200 (default off until then):
+the runner uploads a step's inputs from pageable numpy arrays, and such a copy waits for the
+stream, so step N + 1's upload still waits for step N to end: the GPU idles for the uploads and
+the graph launch (tens of microseconds) rather than for the whole host step. Random sampling
+(temperature > 0) builds small tensors on the host and syncs the same way in the sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from gossamer.runner.sampler import Sampler, SamplingRow
+from gossamer.sampling_params import SamplingParams
+from gossamer.scheduler import SchedulerOutput
+
+
+def needs_host_tokens(params: SamplingParams, num_output_tokens: int) -> bool:
+    """Whether sampling a request's next token reads its earlier tokens on the host (so its
+    previous token must be there first): logprobs, penalties, or min_tokens not yet reached."""
+    return (
+        params.logprobs is not None
+        or params.uses_penalties
+        or num_output_tokens < params.min_tokens
+    )
+
+
+def is_plain_decode(scheduled: SchedulerOutput) -> bool:
+    """Every request feeds its one pending token and samples; nothing was preempted."""
+    items = scheduled.scheduled_requests
+    return (
+        bool(items)
+        and scheduled.num_decode_requests == len(items)
+        and not scheduled.preempted_request_ids
+        and all(item.num_new_tokens == 1 and not item.num_draft_tokens for item in items)
+    )
+
+
+@torch.inference_mode()
+def sample_on_device(sampler: Sampler, logits: torch.Tensor, rows: Sequence[SamplingRow]):
+    """`Sampler.sample` for rows that need no host tokens (`needs_host_tokens` is False): the
+    same tokens, left on the logits' device ([N] int64) instead of read back."""
+    raw = logits.float()
+    tokens = raw.argmax(dim=-1)
+    random_rows = [i for i, row in enumerate(rows) if not row.params.greedy]
+    if random_rows:
+        index = to_device(random_rows, raw.device)
+        # NOTE: the sampler's own draw, so that seeded requests draw exactly as they do there
+        tokens[index] = sampler._draw(raw[index], [rows[i] for i in random_rows])
+    return tokens
+
+
+def to_device(values: list[int], device: torch.device) -> torch.Tensor:
+    """An int64 tensor on `device` without waiting for the stream (pinned, non-blocking)."""
+    host = torch.tensor(values, dtype=torch.long)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+class InFlightStep:
+    """A launched step whose sampled tokens ([num rows] int64, on the device, in the order of
+    `scheduled.scheduled_requests`) are on their way to the host."""
+
+    def __init__(self, scheduled: SchedulerOutput, tokens: torch.Tensor) -> None:
+        self.scheduled = scheduled
+        self.tokens = tokens
+        self.request_ids = [item.request_id for item in scheduled.scheduled_requests]
+        self._event = None
+        if tokens.is_cuda:
+            # queued right behind the sampling, so waiting for it never waits for a later step
+            self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            self._host.copy_(tokens, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._host = tokens
+
+    def sampled_token_ids(self) -> dict[str, list[int]]:
+        """Per request id, its sampled token (waits for this step's tokens only)."""
+        if self._event is not None:
+            self._event.synchronize()
+        tokens = self._host.tolist()
+        return {rid: [token] for rid, token in zip(self.request_ids, tokens, strict=True)}
+
+    def tokens_for(self, following: SchedulerOutput) -> torch.Tensor:
+        """The device tokens to feed `following`, a continuation over some of this step's
+        requests in the same order: all of them, or the rows of those still running."""
+        ids = [item.request_id for item in following.scheduled_requests]
+        if ids == self.request_ids:
+            return self.tokens
+        row = {rid: i for i, rid in enumerate(self.request_ids)}
+        return self.tokens[to_device([row[rid] for rid in ids], self.tokens.device)]
