@@ -3,6 +3,7 @@
     python benchmarks/throughput.py                               # 120b and 20b, C = 16, 64, 256
     python benchmarks/throughput.py --models gpt-oss-120b --json throughput_120b.json
     python benchmarks/throughput.py --smoke                       # CPU-sized: built-in mini model
+    python benchmarks/throughput.py --models gpt-oss-120b --concurrency 1 --async-scheduling
 
 The real engine (EngineCore with its default scheduler, CUDA graphs and prefix caching) on one
 GPU, dummy weights. Concurrency C is one batch of C requests all submitted at t = 0 (not a closed
@@ -18,6 +19,11 @@ and pure decode steps. Beside the mean decode step stands its floor at batch C f
 decode_speed.step_bytes (weights the batch touches + KV at the mean context) over the copy
 bandwidth measured in this run. The engine times each step on the host: a step ends when the
 sampled tokens reach the host, so a step's wall time is its cost.
+
+--async-scheduling runs the engine with overlapped decode steps (gossamer/engine/overlap.py): the
+host applies step N's tokens while the GPU runs step N + 1, so a decode step's wall time is the
+cadence of steps, and `overlapped_steps` counts the steps launched that way. Compare a run with
+and without it at the same C.
 
 KV cache: --kv-cache-gib, or the engine's default budget (what 90% of the GPU leaves after the
 weights, less 4 GiB for activations). A row says whether the cache held C requests of
@@ -98,6 +104,8 @@ class Row:
     kv_fits: bool
     peak_kv_usage: float
     runner_steps: dict[str, int] = field(default_factory=dict)  # graph / eager reasons
+    async_scheduling: bool = False
+    overlapped_steps: int = 0  # launched before the previous step's tokens reached the host
 
     def line(self) -> str:
         floor = (
@@ -111,6 +119,7 @@ class Row:
             f"{self.preemptions:5d} {100 * self.prefill_share:5.1f}% {100 * self.decode_share:5.1f}% "
             f"{self.mean_decode_step_ms:8.2f} {floor} {self.slowest_step_ms:8.1f}"
             f"{'' if self.kv_fits else '  KV too small'}"
+            f"{f'  overlapped {self.overlapped_steps}' if self.async_scheduling else ''}"
         )
 
 
@@ -181,6 +190,7 @@ def measure(
 ) -> Row:
     concurrency, stats = len(prompts), engine.stats
     preemptions, hits, modes = stats.num_preemptions, stats.prefix_cache_hits, _step_modes(engine)
+    overlapped = engine.num_overlapped_steps
     log = run_batch(engine, prompts, args.output_len)
     modes = _step_modes(engine) - modes
     prefill_s, decode_s = log.seconds(prefill=True), log.seconds(prefill=False)
@@ -221,6 +231,8 @@ def measure(
         kv_fits=kv_needed <= kv_blocks,
         peak_kv_usage=log.peak_kv_usage,
         runner_steps=dict(modes),
+        async_scheduling=engine.config.async_scheduling,
+        overlapped_steps=engine.num_overlapped_steps - overlapped,
     )
 
 
@@ -263,6 +275,7 @@ def build_engine(name: str, args: argparse.Namespace) -> EngineCore:
         max_num_seqs=max(EngineConfig.max_num_seqs, *args.concurrency),
         kv_cache_memory=int(args.kv_cache_gib * GiB) if args.kv_cache_gib else None,
         cuda_graphs=not args.no_cuda_graphs,
+        async_scheduling=args.async_scheduling,
     )
     return EngineCore(loaded.model, None, config)
 
@@ -340,6 +353,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=None, help="default 1024")
     parser.add_argument("--kv-cache-gib", type=float, default=None)
     parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="overlapped decode steps (the engine's async_scheduling; off by default)",
+    )
     parser.add_argument("--smoke", action="store_true", help="mini model, tiny lengths (CPU)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -354,7 +372,8 @@ def main(argv: list[str] | None = None) -> dict:
     if torch.cuda.is_available():
         bandwidth = copy_bandwidth(gib=4)
         print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s")
-    print(f"{MODE}; {args.input_len} tokens in, {args.output_len} out")
+    overlap = "on" if args.async_scheduling else "off"
+    print(f"{MODE}; {args.input_len} tokens in, {args.output_len} out; async scheduling {overlap}")
     models = [bench_model(name, args, bandwidth) for name in args.models]
     result = {
         **run_info(args),
