@@ -11,8 +11,8 @@ persistent buffers; what changes from step to step is:
   (1, 2, 4, 8) and SPLIT = num_splits > 1. num_splits is a power of two up to MAX_SPLITS, set by the
   visible keys (cdiv(keys, DECODE_BLOCK_N) at most) and the batch; it is also an integer argument
   (1, a multiple of 16, or neither) and the in-kernel merge's SPLITS_P2 (or the merge kernel's,
-  when that runs). The prefill launch has one key. SLIDING is per layer (every forward runs both kinds); TREE only in tree speculation, which
-  this warm-up does not cover.
+  when that runs). The prefill launch has one key. SLIDING is per layer (every forward runs both
+  kinds); TREE only in tree speculation (below).
 * MoE (kernels/moe_mxfp4.py): the GEMV path up to a pair limit, then the grouped path, whose
   BLOCK_M grows with the mean pairs per expert.
 * linear (kernels/gemv.py): Triton up to GEMV_MAX_M rows with BLOCK_M = next_power_of_2(rows) and
@@ -24,6 +24,11 @@ one can get; larger batches get fewer splits, never a new count), and prefill st
 token count of each MoE launch shape the decode steps missed, above DECODE_MAX_QUERY_LEN (the prefill
 attention) and at the full token budget (the largest activations, so the allocator holds them).
 For gpt-oss-120b with the default 8192-token budget: 4 x 7 decode steps + 4 prefill steps.
+
+Tree speculation (a runner with `tree_query_len`): its tree graphs compile their launches when they
+are captured, but tree steps no graph holds (larger batches, a tree beside a prompt chunk) run
+eagerly with TREE on. So the plan adds tree steps: the decode launch at each BLOCK_Q a tree step
+can take (2, 4, 8, up to the tree's tokens) and each split count, and one prefill launch.
 
 Nothing touches real cache contents: every block table entry is the null block (block 0, never
 handed to a request) and every KV slot is -1, so the steps only read zeros and write no KV.
@@ -53,6 +58,7 @@ class WarmupStep:
     query_lens: tuple[int, ...]  # tokens each sequence feeds
     start: int = 0  # tokens each sequence has in the cache before the step
     all_logits: bool = False  # logits of every fed token (as a verification step), else the last
+    tree: bool = False  # the sequences carry tree masks (a chain's): TREE attention launches
 
     @property
     def num_tokens(self) -> int:
@@ -74,6 +80,8 @@ def warm_up(runner: ModelRunner, progress: bool = True) -> list[WarmupStep]:
     config = model.config
     moe = MoEShape(config.num_local_experts, config.num_experts_per_tok, model.mxfp4)
     steps = warmup_plan(model.max_model_len, runner.max_tokens, runner.max_num_seqs, moe)
+    if runner.tree_query_len is not None:
+        steps += tree_warmup_plan(model.max_model_len, runner.max_tokens, runner.tree_query_len)
     began = time.perf_counter()
     for step in tqdm(steps, desc="warming up kernels", disable=not progress):
         runner.dry_run(step_inputs(step, runner.block_size, runner.num_groups))
@@ -104,6 +112,28 @@ def warmup_plan(
         query_lens = _chunks(num_tokens, max_model_len)
         if len(query_lens) <= max_num_seqs:  # else no step of the scheduler has that many tokens
             steps.append(WarmupStep(query_lens))
+    return steps
+
+
+def tree_warmup_plan(max_model_len: int, max_tokens: int, tree_query_len: int) -> list[WarmupStep]:
+    """Tree steps (module doc): decode launches of BLOCK_Q 2, 4, 8 (a sequence of min(BLOCK_Q,
+    tree_query_len) tokens) at every split count, and a prefill launch."""
+    from gossamer.kernels.attention import DECODE_MAX_QUERY_LEN
+
+    block_qs = [1 << i for i in range(1, DECODE_MAX_QUERY_LEN.bit_length())]
+    lens = sorted(
+        {min(block_q, tree_query_len) for block_q in block_qs if block_q // 2 < tree_query_len}
+    )
+    steps = [
+        WarmupStep((q,), start=context - q, all_logits=True, tree=True)
+        for q in lens
+        if q >= 2 and q <= max_tokens
+        for context in (q, *split_contexts(max_model_len))
+        if q <= context <= max_model_len
+    ]
+    prefill = DECODE_MAX_QUERY_LEN + 1  # a tree beside a prompt chunk: the prefill launch
+    if prefill <= min(max_tokens, max_model_len):
+        steps.append(WarmupStep((prefill,), all_logits=True, tree=True))
     return steps
 
 
@@ -157,7 +187,9 @@ def step_inputs(step: WarmupStep, block_size: int, num_groups: int) -> list[SeqI
         table = np.full(-(-context // block_size), NULL_BLOCK_ID, dtype=np.int32)
         tables = tuple(table for _ in range(num_groups))
         logits = query_len if step.all_logits else 1
-        seqs.append(SeqInput([0] * query_len, step.start, tables, num_logits=logits))
+        # a chain as tree masks: token j sees tokens 0..j of the step
+        masks = tuple((1 << (j + 1)) - 1 for j in range(query_len)) if step.tree else None
+        seqs.append(SeqInput([0] * query_len, step.start, tables, logits, masks))
     return seqs
 
 
