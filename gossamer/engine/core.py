@@ -131,6 +131,8 @@ class EngineCore:
             graph_query_lens=graph_query_lens,
             warmup=config.warmup,
         )
+        if self.speculator is not None:  # the cost-aware k's step costs, timed on this runner
+            self.speculator.calibrate(self.runner, self.num_blocks)
         self.sampler = Sampler(config.seed)
         self.num_cache_groups = len(layout.groups)
         self.max_blocks_per_seq = -(-self.max_model_len // config.block_size)
