@@ -3,8 +3,12 @@ equals the synchronous engine's, token for token, and the KV blocks all come bac
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
+from gossamer.engine.async_engine import AsyncEngine
 from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.engine.llm import LLM
 from gossamer.model.loader import load_model
@@ -216,4 +220,54 @@ def test_device_tokens_of_continuing_requests_are_gathered_after_a_finish(model)
     steps_per_request = [6 + 5 * i for i in range(3)]
     # overlap never stopped for a finish: only the prefill step and the chain starts are not
     assert engine.num_overlapped_steps >= max(steps_per_request) - 3
+    assert_all_blocks_free(engine)
+
+
+def test_async_engine_streams_and_aborts_with_overlapped_steps(model):
+    core = engine_for(model, True)
+    engine = AsyncEngine(core, "tiny")
+    greedy = SamplingParams(temperature=0, max_tokens=15, ignore_eos=True)
+    long = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+    batch = prompts(3, seed=17)
+
+    async def collect(prompt, request_id, leave_after=None):
+        tokens = []
+        stream = engine.generate(prompt, long if leave_after else greedy, request_id)
+        async for output in stream:
+            tokens += output.new_token_ids
+            if leave_after and len(tokens) >= leave_after:
+                break
+        await stream.aclose()
+        return tokens
+
+    async def main():
+        return await asyncio.gather(
+            collect(batch[0], "a"), collect(batch[1], "b"), collect(batch[2], "leaver", 5)
+        )
+
+    try:
+        results = asyncio.run(main())
+        deadline = time.monotonic() + 10
+        while core.has_unfinished_requests() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        engine.shutdown()
+    sync, _ = run_all(engine_for(model, False), {"a": (batch[0], greedy), "b": (batch[1], greedy)})
+    assert results[:2] == [sync[("a", 0)], sync[("b", 0)]]
+    assert len(results[2]) >= 5
+    assert core.num_overlapped_steps > 0
+    assert not core.has_unfinished_requests()
+    assert_all_blocks_free(core)
+
+
+def test_requests_running_into_the_context_end_stop_at_the_same_token(model):
+    long_prompt = (prompts(1, seed=18)[0] * 20)[:243]  # 13 positions left of 256
+    requests = {
+        "edge": (long_prompt, SamplingParams(temperature=0, max_tokens=None, ignore_eos=True)),
+        "short": (prompts(1, seed=19)[0], SamplingParams(temperature=0, max_tokens=30)),
+    }
+    sync, overlapped, engine = both_ways(model, requests)
+    assert overlapped == sync
+    assert len(overlapped[0][("edge", 0)]) == 256 - 243 and overlapped[1][("edge", 0)] == "length"
+    assert engine.num_overlapped_steps > 0
     assert_all_blocks_free(engine)
