@@ -40,7 +40,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -52,10 +52,12 @@ from timing import copy_bandwidth  # noqa: E402
 
 from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
 from gossamer.model.loader import load_model  # noqa: E402
-from gossamer.runner.model_runner import GRAPH, ModelRunner, SeqInput  # noqa: E402
+from gossamer.runner.model_runner import GRAPH, ModelRunner  # noqa: E402
 from gossamer.runner.sampler import SamplingRow  # noqa: E402
 from gossamer.sampling_params import SamplingParams  # noqa: E402
+from gossamer.spec.calibrate import format_cost_table, time_step, verify_seqs  # noqa: E402
 from gossamer.spec.config import MODEL_METHODS, SpecConfig  # noqa: E402
+from gossamer.spec.cost import DEFAULT_COST_TABLE  # noqa: E402
 from gossamer.spec.proposer import SpecRequest  # noqa: E402
 from gossamer.spec.suffix import SuffixProposer  # noqa: E402
 from gossamer.spec.suffix_trie import SuffixTrie  # noqa: E402
@@ -63,6 +65,7 @@ from gossamer.spec.suffix_trie import SuffixTrie  # noqa: E402
 BLOCK = 16
 DEFAULT_TREE = "3,1,1,1"  # top 3 at the first depth, chains below: 12 nodes, depth 4
 TREE_SUFFIX = "-tree"
+AUTO_FIXED = "auto-fixed"
 
 
 # ---- e2e ----------------------------------------------------------------------------------------
@@ -82,6 +85,10 @@ class E2eRow:
     slowest_step_ms: float
     runner_steps: dict[str, int]  # the timed run's steps by mode (EngineStats.runner_steps)
     tree_drafts: int = 0  # drafts that were trees (--tree rows)
+    # cost-aware rows: the times the cost model converts host time with, at the row's end
+    # (cost_plain_step_us, <method>_propose_us_per_request), and the step costs it timed
+    cost_times: dict[str, float] = field(default_factory=dict)
+    measured_cost_table: str | None = None
 
     def line(self) -> str:
         return (
@@ -89,7 +96,13 @@ class E2eRow:
             f"{self.tokens_per_s:9.1f} {self.speedup:7.2f}x {self.mean_accepted_length:6.2f} "
             f"{self.acceptance_rate:6.2f} {100 * self.graph_fraction:6.1f} "
             f"{self.slowest_step_ms:8.1f}"
-        )
+        ) + self._cost_line()
+
+    def _cost_line(self) -> str:
+        if not self.cost_times:
+            return ""
+        times = ", ".join(f"{name} {value:.1f}" for name, value in sorted(self.cost_times.items()))
+        return f"\n{'':12s} cost model at the end: {times}"
 
 
 def source_text() -> str:
@@ -163,8 +176,15 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         draft_load_format=args.draft_load_format,
         cost_table=args.auto_cost_table,
     )
+    # auto as it was before it timed its costs: the fixed table, drafts free on the host
+    methods[AUTO_FIXED] = replace(
+        methods["auto"],
+        cost_table=args.auto_cost_table or DEFAULT_COST_TABLE,
+        charge_proposer_time=False,
+    )
     methods |= tree_configs(args, methods)
-    wanted = args.methods.split(",") if args.methods else list(methods)
+    default = [name for name in methods if name != AUTO_FIXED]  # a comparison, when asked
+    wanted = args.methods.split(",") if args.methods else default
     if args.tree:  # each chosen model method brings its tree variant along
         wanted = [w for name in wanted for w in (name, name + TREE_SUFFIX) if w in methods]
     return {name: methods[name] for name in dict.fromkeys(wanted) if name in methods}
@@ -231,6 +251,9 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
             cuda_graphs=not args.no_cuda_graphs,
         )
         engine = EngineCore(loaded.model, None, config)
+        measured = _measured_cost_table(engine)
+        if measured is not None:
+            print(f"{name}: step costs timed at start-up (ms, {{batch: {{k: ms}}}}): {measured}")
         for batch in args.batch_sizes:
             # Warm-up: the same batch and length on other prompts (no prefix-cache hits). Triton
             # compiles kernels for new shapes on first use, and some depend on the context
@@ -260,12 +283,27 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
                 1e3 * slowest,
                 steps,
                 stats.get("num_tree_drafts", 0),
+                _cost_times(engine.stats.spec_stats),
+                measured,
             )
             rows.append(row)
             print(row.line(), flush=True)
         del engine
         _free()
     return rows
+
+
+def _measured_cost_table(engine: EngineCore) -> str | None:
+    table = getattr(engine.speculator, "measured_cost_table", None)
+    return format_cost_table(table) if table else None
+
+
+def _cost_times(spec_stats: dict[str, float]) -> dict[str, float]:
+    return {
+        name: round(value, 1)
+        for name, value in spec_stats.items()
+        if name.endswith("_us") or name.endswith("_us_per_request")
+    }
 
 
 def _delta(before: dict, after: dict, prefix: str = "") -> dict:
@@ -303,29 +341,6 @@ def verify_bytes(cfg, batch: int, k: int, context: int) -> float:
     return weights + kv
 
 
-def verify_seqs(batch: int, k: int, context: int, blocks_per_seq: int, groups: int):
-    seqs = []
-    for b in range(batch):
-        base = 1 + groups * b * blocks_per_seq
-        tables = tuple(
-            list(range(base + g * blocks_per_seq, base + (g + 1) * blocks_per_seq))
-            for g in range(groups)
-        )
-        seqs.append(SeqInput([1] * (k + 1), context, tables, num_logits=k + 1))
-    return seqs
-
-
-def time_steps(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float:
-    for _ in range(3):
-        runner.run(seqs).argmax(-1).tolist()
-    _sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        runner.run(seqs).argmax(-1).tolist()  # the host reads the tokens, as the engine does
-    _sync()
-    return (time.perf_counter() - start) / steps
-
-
 def bench_verify_cost(args: argparse.Namespace) -> list[VerifyRow]:
     max_k = max(args.ks)
     max_len = args.context + max_k + 16
@@ -361,7 +376,7 @@ def bench_verify_cost(args: argparse.Namespace) -> list[VerifyRow]:
             captured = any(key == (batch, k + 1) for key in graphs)
             for mode in ["eager", "graph"] if captured else ["eager"]:
                 runner.graphs = graphs if mode == "graph" else {}
-                seconds = time_steps(runner, seqs, args.steps)
+                seconds = time_step(runner, seqs, args.steps, warmups=3)  # the median step
                 if k == 0:
                     decode_seconds[mode] = seconds
                 base = decode_seconds.get(mode)

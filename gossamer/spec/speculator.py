@@ -55,7 +55,7 @@ import torch
 from gossamer.runner.model_runner import MAX_MULTI_TOKEN_GRAPH_SEQS, SeqInput, uniform_query_len
 from gossamer.runner.sampler import SamplingRow, TokenLogprobs
 from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOutput
-from gossamer.spec.calibrate import calibrated_cost_table
+from gossamer.spec.calibrate import Timer, calibrated_cost_table
 from gossamer.spec.config import SpecConfig
 from gossamer.spec.cost import DraftLengthChooser
 from gossamer.spec.metrics import SpecMetrics
@@ -92,6 +92,7 @@ class Speculator:
         self._proposed_for: dict[str, set[str]] = defaultdict(set)  # method -> request ids
         self._step_done: float | None = None  # perf_counter at the end of the last after_step
         self.chooser = None  # cost-aware k (gossamer/spec/cost.py)
+        self.measured_cost_table = None  # what `calibrate` timed (ms), if it did
         if config.chooses_k:
             self.chooser = DraftLengthChooser(
                 config.cost_table,
@@ -100,15 +101,16 @@ class Speculator:
                 config.acceptance_window,
             )
 
-    def calibrate(self, runner, num_blocks: int) -> None:
+    def calibrate(self, runner, num_blocks: int, timer: Timer = time.perf_counter) -> None:
         """At engine start-up, once `runner` captured its graphs: time its verification steps for
         the cost model (gossamer/spec/calibrate.py). Nothing without the cost model, with an
         explicit cost_table (it wins) or without CUDA graphs (the built-in table stays)."""
         if self.chooser is None:
             return
-        table = calibrated_cost_table(self.config, runner, num_blocks)
+        table = calibrated_cost_table(self.config, runner, num_blocks, timer)
         if table is not None:
             self.chooser.use_measured_table(table)
+            self.measured_cost_table = table
 
     # ---- verification ------------------------------------------------------------------------
 
@@ -475,7 +477,17 @@ class Speculator:
     # ---- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        return self.metrics.as_dict()
+        """The counters, and with the cost model the times it converts host time with: the
+        plain step and each method's proposing per request (microseconds, 0 while unknown)."""
+        stats = self.metrics.as_dict()
+        if self.chooser is not None:
+            num_decodes = max(len(self._tracked), 1)
+            plain = self.chooser.plain_step_seconds(num_decodes) or 0.0
+            stats["cost_plain_step_us"] = 1e6 * plain
+            for method in self.proposers:
+                per_request = self.chooser.proposer_time.per_request(method, self._step)
+                stats[f"{method}_propose_us_per_request"] = 1e6 * per_request
+        return stats
 
 
 def _decodes(scheduler: Scheduler) -> list[Request]:

@@ -89,3 +89,44 @@ def test_auto_decides_with_a_measured_cost_table(benchmark_script, tmp_path):
     assert bench.method_configs(args)["auto"].cost_table == ((1, ((0, 2.0), (1, 2.5))),)
     default = bench.method_configs(bench.parse_args(["e2e", "--model", "m"]))["auto"]
     assert default.cost_table is None
+
+
+def test_e2e_auto_times_its_step_costs_where_graphs_exist(
+    benchmark_script, models, tmp_path, monkeypatch, capsys
+):
+    """The lead's H200 command (`e2e --methods none,auto`) on the CPU, with graphs captured
+    eagerly (EagerGraphCapture) so that the engine's start-up calibration runs as on the GPU:
+    auto decides with the table it timed; auto-fixed (the built-in table, host time free) does
+    not time one."""
+    from gossamer.runner import model_runner
+
+    monkeypatch.setattr(model_runner, "graphs_possible", lambda model, cuda_graphs: cuda_graphs)
+    monkeypatch.setattr(model_runner, "GraphCapture", model_runner.EagerGraphCapture)
+    target, _ = models
+    out = tmp_path / "e2e.json"
+    benchmark_script("spec_decode").main(
+        ["e2e", "--model", str(target), "--device", "cpu", "--dtype", "float32"]
+        + ["--max-model-len", "256", "--batch-sizes", "1,2", "--max-tokens", "6"]
+        + ["--methods", "none,auto,auto-fixed", "--kv-cache-gib", "0.01", "--json", str(out)]
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["method"], row["batch"]) for row in rows] == [
+        (method, batch) for method in ("none", "auto", "auto-fixed") for batch in (1, 2)
+    ]
+    auto = [row for row in rows if row["method"] == "auto"]
+    assert all(row["measured_cost_table"].startswith("{1: {0: ") for row in auto)
+    assert all(row["cost_times"]["cost_plain_step_us"] > 0 for row in auto)
+    fixed = [row for row in rows if row["method"] == "auto-fixed"]
+    assert all(row["measured_cost_table"] is None for row in fixed)
+    assert "auto: step costs timed at start-up" in capsys.readouterr().out
+    assert {row["generated_tokens"] for row in rows} == {6, 12}
+
+
+def test_auto_fixed_is_the_former_auto(benchmark_script):
+    bench = benchmark_script("spec_decode")
+    configs = bench.method_configs(bench.parse_args(["e2e", "--model", "m"]))
+    assert "auto-fixed" not in configs  # only when asked for
+    args = bench.parse_args(["e2e", "--model", "m", "--methods", "auto,auto-fixed"])
+    auto, fixed = bench.method_configs(args).values()
+    assert auto.cost_table is None and auto.charge_proposer_time
+    assert fixed.cost_table is not None and not fixed.charge_proposer_time
