@@ -83,7 +83,9 @@ def is_plain_decode(scheduled: SchedulerOutput) -> bool:
 
 
 @torch.inference_mode()
-def sample_on_device(sampler: Sampler, logits: torch.Tensor, rows: Sequence[SamplingRow]):
+def sample_on_device(
+    sampler: Sampler, logits: torch.Tensor, rows: Sequence[SamplingRow]
+) -> torch.Tensor:
     """`Sampler.sample` for rows that need no host tokens (`needs_host_tokens` is False): the
     same tokens, left on the logits' device ([N] int64) instead of read back."""
     raw = logits.float()
