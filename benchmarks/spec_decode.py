@@ -23,6 +23,11 @@ graph% is the share of the timed run's target-model steps that replayed a CUDA g
 by reason, are in the JSON) and maxStep the slowest engine step: a one-off stall (a Triton compile)
 shows there, not in graph%. --tree adds draft-tree and eagle3-tree rows: the same proposers with
 tree drafts (top-k children per depth, verified with a tree attention mask; such steps run eagerly).
+auto times its step-cost table when its engine starts (with CUDA graphs; the line "auto: step costs
+timed at start-up in ... s" shows it, gossamer/spec/calibrate.py) unless --auto-cost-table gives one,
+and charges the proposers' measured host time; each auto row prints the plain step and proposing
+times it ended with. --methods ...,auto-fixed adds auto as it was before: the built-in table, host
+time free.
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
@@ -253,7 +258,8 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
         engine = EngineCore(loaded.model, None, config)
         measured = _measured_cost_table(engine)
         if measured is not None:
-            print(f"{name}: step costs timed at start-up (ms, {{batch: {{k: ms}}}}): {measured}")
+            seconds = engine.speculator.calibration_seconds
+            print(f"{name}: step costs timed at start-up in {seconds:.2f} s (ms): {measured}")
         for batch in args.batch_sizes:
             # Warm-up: the same batch and length on other prompts (no prefix-cache hits). Triton
             # compiles kernels for new shapes on first use, and some depend on the context
@@ -550,7 +556,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--auto-cost-table",
         default=None,
         help="the step-cost table auto decides with (a file verify-cost --cost-table wrote, for "
-        "this model and GPU); default: the built-in gpt-oss-120b H200 table",
+        "this model and GPU); default: timed at engine start-up (CUDA graphs), else the built-in "
+        "gpt-oss-120b H200 table",
     )
     e2e.add_argument(
         "--tree",

@@ -93,6 +93,7 @@ class Speculator:
         self._step_done: float | None = None  # perf_counter at the end of the last after_step
         self.chooser = None  # cost-aware k (gossamer/spec/cost.py)
         self.measured_cost_table = None  # what `calibrate` timed (ms), if it did
+        self.calibration_seconds = 0.0
         if config.chooses_k:
             self.chooser = DraftLengthChooser(
                 config.cost_table,
@@ -107,10 +108,12 @@ class Speculator:
         explicit cost_table (it wins) or without CUDA graphs (the built-in table stays)."""
         if self.chooser is None:
             return
+        start = time.perf_counter()
         table = calibrated_cost_table(self.config, runner, num_blocks, timer)
         if table is not None:
             self.chooser.use_measured_table(table)
             self.measured_cost_table = table
+            self.calibration_seconds = time.perf_counter() - start
 
     # ---- verification ------------------------------------------------------------------------
 

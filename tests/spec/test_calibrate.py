@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 
 from gossamer.engine.core import EngineConfig, EngineCore
+from gossamer.model.loader import load_model
 from gossamer.runner.model_runner import EagerGraphCapture, ModelRunner
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.calibrate import (
@@ -304,3 +306,38 @@ def test_a_faster_reading_at_a_larger_k_is_taken_as_noise():
     ((batch, points),) = table
     assert batch == 1 and [k for k, _ in points] == [0, 1, 2]
     assert [ms for _, ms in points] == pytest.approx([3.0, 3.0, 4.0])
+
+
+# ---- on the GPU ----------------------------------------------------------------------------------
+
+MINI = Path(__file__).resolve().parents[2] / "gossamer" / "models" / "gpt-oss-mini"
+
+
+@pytest.mark.gpu
+def test_gpu_mini_times_its_verification_steps():
+    """gpt-oss-mini with graphs: the engine times k = 0, 1, 2, 4 at batch 1, 4 and 16 at
+    start-up, in well under a second; costs grow with k and with the batch."""
+    model = load_model(str(MINI), device="cuda", dtype="bfloat16", max_model_len=2048).model
+    spec = SpecConfig(method="auto", num_speculative_tokens=4)
+    engine = EngineCore(
+        model,
+        None,
+        EngineConfig(max_num_seqs=16, kv_cache_memory=2 << 30, speculative_config=spec),
+    )
+    table = engine.speculator.measured_cost_table
+    print("mini step costs (ms):", table, f"in {engine.speculator.calibration_seconds:.2f} s")
+    assert [batch for batch, _ in table] == [1, 4, 16]
+    assert all([k for k, _ in points] == [0, 1, 2, 4] for _, points in table)
+    assert engine.speculator.calibration_seconds < 1.0
+    for _, points in table:
+        costs = [ms for _, ms in points]
+        assert costs == sorted(costs) and costs[0] > 0
+    assert table[-1][1][0][1] >= 0.9 * table[0][1][0][1]  # k = 0: batch 16 no faster than 1
+    chooser = engine.speculator.chooser
+    assert chooser.cost(4, 2) == pytest.approx(table[1][1][2][1] / table[1][1][0][1])
+    assert sum(engine.runner.step_modes.values()) == 0
+    # decoding still works after the calibration wrote KV blocks of the empty pool
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    requests = {str(i): (p, params) for i, p in enumerate(repetitive_prompts(4, seed=9))}
+    tokens, _, _ = run_engine(engine, requests)
+    assert all(len(t) == 32 for t in tokens.values())
