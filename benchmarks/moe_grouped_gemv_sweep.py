@@ -2,7 +2,7 @@
 GEMV and grouped v2 on gpt-oss-120b shapes, and a sweep of its configs.
 
     python benchmarks/moe_grouped_gemv_sweep.py [--tokens 8,16,32,64,128] [--sweep-tokens 64]
-        [--parts compare,block_m,gate_up,down,breakdown] [--json PATH]
+        [--parts compare,block_m,gate_up,down,breakdown,ab,sort] [--json PATH]
     # JSON also to $OUT/moe_grouped_gemv_sweep.json, rewritten after every row
 
 One MoE layer (hidden 2880, intermediate 2880, 128 experts, top-4, bf16, random packed weights in
@@ -19,7 +19,14 @@ reference (ok: norm-wise relative error < 1e-2).
      block_m), then down shapes; the best of each confirmed at every --tokens;
   3. breakdown at the first --sweep-tokens: graph times of the call's prefixes (routing, + the
      sort, + gate_up, + down, + the slot sum), so each stage's share shows; the sort both as
-     moe_mxfp4's torch ops and as the one-launch expert_schedule the path uses.
+     moe_mxfp4's torch ops and as the one-launch expert_schedule the path uses;
+  4. ab (not by default): at each --tokens, the defaults against the configurable changes since
+     commit b2f528c (672 us at 64 tokens against the final code's 760): UNROLL 1, b2f528c's tiles
+     (gate_up 16 pairs x 8 groups, down 32 rows x 8 groups), both, and the defaults capped at
+     128 registers (4 programs of 4 warps per SM, as b2f528c's M = 4 body had);
+  5. sort (not by default): routing alone, + moe_mxfp4._expert_schedule, + the one-launch
+     expert_schedule, at each --tokens with grouped v2's BLOCK_M (v2 sorts with the one launch
+     up to moe_grouped_gemv.SCHEDULE_MAX_PAIRS pairs: is it faster at 256-1024 tokens too?).
 Each config compiles once (the token count is not a kernel constant); a failing config (e.g. one
 that does not compile) is printed and skipped.
 """
@@ -236,6 +243,51 @@ def breakdown(bench: Bench, tokens: int) -> None:
               flush=True)  # fmt: skip
 
 
+def ab(bench: Bench, tokens_list: list[int]) -> None:
+    """The defaults against each configurable change since b2f528c (see the module docstring)."""
+    old_gate_up = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 8}
+    old_down = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 8}
+    variants = {
+        "defaults": ({}, {}, {}),
+        "UNROLL=1": ({"UNROLL": 1}, {}, {}),
+        "b2f528c tiles": ({}, old_gate_up, old_down),
+        "b2f528c tiles UNROLL=1": ({"UNROLL": 1}, old_gate_up, old_down),
+        "maxnreg=128": ({"maxnreg": 128}, {}, {}),
+    }
+    for tokens in tokens_list:
+        block_m = default_block_m(tokens)
+        for label, (both, gate_up, down) in variants.items():
+            fn = bench.gemv_fn(block_m, gemv.GEMV_GATE_UP | both | gate_up,
+                               gemv.GEMV_DOWN | both | down)  # fmt: skip
+            bench.row("ab", f"{label} block_m={block_m}", fn, tokens, "grouped_gemv", block_m)
+
+
+def sort_times(bench: Bench, tokens_list: list[int]) -> None:
+    """Graph times of routing alone and with each sort, at grouped v2's BLOCK_M."""
+    for tokens in tokens_list:
+        calls = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
+        block_m = moe._block_m(tokens * TOP_K, harness.EXPERTS)
+        route_us = None
+        for label, sort in (("route", None), ("+ torch sort", moe._expert_schedule),
+                            ("+ one-launch sort", gemv.expert_schedule)):  # fmt: skip
+
+            def fn(x, logits, sort=sort, block_m=block_m):
+                ids = moe.route_fp16(logits, TOP_K, x)[0]
+                if sort is not None:
+                    sort(ids, harness.EXPERTS, block_m)
+                return x
+
+            us = 1e6 * graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in calls])
+            route_us = us if route_us is None else route_us
+            row = {"tokens": tokens, "block_m": block_m, "stages": label, "us": us,
+                   "sort_us": us - route_us}  # fmt: skip
+            bench.result["sort"].append(row)
+            bench.write()
+            print(
+                f"T={tokens:4d} {label:20s} {us:8.1f} us  (sort {us - route_us:6.1f})", flush=True
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", default="8,16,32,64,128")
@@ -256,7 +308,8 @@ def main(argv: list[str] | None = None) -> None:
               "copy_bandwidth_bytes_s": bandwidth, "layout": experts.layout,
               "defaults": {"gate_up": gemv.GEMV_GATE_UP, "down": gemv.GEMV_DOWN,
                            "block_m_by_pairs": gemv.BLOCK_M_BY_PAIRS},
-              "compare": [], "sweep": [], "best": {}, "breakdown": []}  # fmt: skip
+              "compare": [], "sweep": [], "best": {}, "breakdown": [], "ab": [],
+              "sort": []}  # fmt: skip
     bench = Bench(experts, bandwidth, json_path, result)
     print(f"# {result['gpu']} torch {torch.__version__} triton {triton.__version__} copy "
           f"{bandwidth / 1e12:.2f} TB/s, layout {experts.layout}", flush=True)  # fmt: skip
@@ -271,6 +324,10 @@ def main(argv: list[str] | None = None) -> None:
     if "breakdown" in parts:
         for tokens in sweep_tokens[:1]:
             breakdown(bench, tokens)
+    if "ab" in parts:
+        ab(bench, tokens_list)
+    if "sort" in parts:
+        sort_times(bench, tokens_list)
     bench.write()
 
 

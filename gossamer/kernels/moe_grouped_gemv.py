@@ -439,7 +439,9 @@ def _slot_sum_kernel(
     tl.store(out_ptr + token * H + col, total.to(out_ptr.dtype.element_ty), mask=col_ok)
 
 
-@triton.jit
+# NOTE: num_pairs is not specialized (Triton would compile a variant for multiples of 16): one
+# binary serves every batch, so the runner's warm-up needs no step per class of pair counts.
+@triton.jit(do_not_specialize=["num_pairs"])
 def _schedule_kernel(
     ids_ptr,  # [P] int32 expert of each (token, slot) pair
     sorted_pairs_ptr,  # [P] int32 out: pair indices, by expert, stable

@@ -12,16 +12,12 @@ gpt-oss-120b shapes in bf16 and a CUDA graph.
 
 from __future__ import annotations
 
-import importlib
 import random
-from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 import torch
 
-from tests.kernels import interpreted
-from tests.kernels.interpreted import DEVICE, ON_GPU
+from tests.kernels.interpreted import DEVICE, kernel_fixture
 from tests.kernels.test_moe_mxfp4 import (
     ALPHA,
     FP16_TOLERANCE,
@@ -37,19 +33,9 @@ from tests.kernels.test_moe_mxfp4 import (
     experts_120b,
 )
 
-
-@pytest.fixture
-def gemv(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """gossamer.kernels.moe_grouped_gemv as this machine can run it. Its kernels call jit helpers
-    of moe_mxfp4, so without a GPU the interpreted copy is built over interpreted copies of both
-    moe_mxfp4 and pdl (tests/kernels/interpreted.py swaps HELPER_MODULES in while it loads)."""
-    if ON_GPU:
-        yield importlib.import_module("gossamer.kernels.moe_grouped_gemv")
-        return
-    importlib.import_module("gossamer.kernels.moe_mxfp4")  # the regular module, in its own mode
-    monkeypatch.setattr(interpreted, "HELPER_MODULES", (*interpreted.HELPER_MODULES, "moe_mxfp4"))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    yield interpreted.load_interpreted("moe_grouped_gemv")
+# Its kernels call jit helpers of moe_mxfp4: without a GPU the copy imports the interpreted copy
+# of moe_mxfp4 (tests/kernels/interpreted.py), the one test_moe_mxfp4.py runs.
+gemv = kernel_fixture("moe_grouped_gemv")
 
 
 HIDDEN, INTER, EXPERTS = 160, 96, 8

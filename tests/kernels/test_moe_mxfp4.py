@@ -18,7 +18,7 @@ import torch
 from gossamer.model import mxfp4
 from gossamer.ops.base import ExpertWeights
 from gossamer.ops.torch_ref import TorchOps
-from tests.kernels.interpreted import DEVICE, kernel_fixture
+from tests.kernels.interpreted import DEVICE, kernel_fixture, kernel_module
 
 moe = kernel_fixture("moe_mxfp4")
 
@@ -248,16 +248,17 @@ def test_grouped_path_matches_reference(moe, tokens, block_m):
 
 def test_default_configs_match_reference(moe):
     """The production tile configs (partial steps everywhere at these sizes) via the entry point,
-    once on each side of the path crossover."""
+    once on each path: the decode GEMV, the grouped GEMV (when on) and the grouped kernels."""
     experts = _experts(4, 64, 64, seed=3)
     top_k = 4
     max_pairs = min(moe.DECODE_MAX_PAIRS, moe.DECODE_PAIRS_PER_EXPERT * 4)
-    decode_tokens = max_pairs // top_k
-    for tokens in (1, decode_tokens + 1):
+    grouped_gemv_pairs = max(max_pairs, moe.GROUPED_GEMV_MAX_PAIRS)
+    for tokens in sorted({1, max_pairs // top_k + 1, grouped_gemv_pairs // top_k + 1}):
         x, logits = _inputs(tokens, 64, 4, seed=20 + tokens)
         out = moe.moe_mxfp4(x, logits, experts, top_k, LIMIT, ALPHA)
-        fp16_decode = moe.DECODE_FP16 and tokens <= decode_tokens
-        tolerance = FP16_TOLERANCE if fp16_decode else 1e-5
+        pairs = tokens * top_k
+        fp16 = (moe.DECODE_FP16 and pairs <= max_pairs) or max_pairs < pairs <= grouped_gemv_pairs
+        tolerance = FP16_TOLERANCE if fp16 else 1e-5
         assert _relative_error(out, _reference(x, logits, experts, top_k)) < tolerance
 
 
@@ -332,6 +333,7 @@ def test_grouped_v2_through_the_entry_point(moe, monkeypatch):
     """GROUPED_V2 sends batches above the GEMV limit to v2 (default configs: tiles past every
     end at these sizes); dense experts still take v1."""
     monkeypatch.setattr(moe, "GROUPED_V2", True)
+    monkeypatch.setattr(moe, "GROUPED_GEMV_MAX_PAIRS", 0)  # else these pairs take the grouped GEMV
     experts = _experts(4, 64, 64, seed=64)
     tokens = min(moe.DECODE_MAX_PAIRS, moe.DECODE_PAIRS_PER_EXPERT * 4) // 4 + 1
     x, logits = _inputs(tokens, 64, 4, seed=65)
@@ -707,22 +709,61 @@ def test_gpu_120b_repacked_layout(experts_120b, tokens):
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
 
 
+def _spy_paths(module, monkeypatch) -> list[str]:
+    """Record which path moe_mxfp4.moe_mxfp4 takes: the names of the path functions called (the
+    grouped GEMV's in its own module, which the entry point imports at call time: on the CPU the
+    interpreted copy, tests/kernels/interpreted.py). The GEMVs' default configs become a few
+    large tiles (the interpreter pays per program and per step)."""
+    calls: list[str] = []
+    grouped_gemv = kernel_module("moe_grouped_gemv")
+    monkeypatch.setattr(module, "DECODE_FP16_GATE_UP", TINY_FP16["gate_up_config"])
+    monkeypatch.setattr(module, "DECODE_FP16_DOWN", TINY_FP16["down_config"])
+    common = {"GROUPS_PER_STEP": 2, "NUM_STAGES": 0, "UNROLL": 2, "SPECIALIZE": 1, "num_warps": 1}
+    monkeypatch.setattr(grouped_gemv, "GEMV_GATE_UP", {"BLOCK_PAIRS": 32} | common)
+    monkeypatch.setattr(grouped_gemv, "GEMV_DOWN", {"BLOCK_ROWS": 64} | common)
+    targets = [(module, "moe_mxfp4_decode_fp16", "decode"), (module, "moe_mxfp4_grouped_v2", "v2"),
+               (grouped_gemv, "moe_mxfp4_grouped_gemv", "grouped_gemv")]  # fmt: skip
+    for owner, name, label in targets:
+        real = getattr(owner, name)
+
+        def spy(*args, real=real, label=label, **kwargs):
+            calls.append(label)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
 def test_entry_point_sends_mid_batches_to_the_grouped_gemv(moe, monkeypatch):
     """Pairs above DECODE_MAX_PAIRS and up to GROUPED_GEMV_MAX_PAIRS go to the expert-grouped
-    GEMV (moe_grouped_gemv.py, tested on its own), the rest to the grouped kernels."""
-    import sys
-    import types
-
-    calls = []
-    fake = types.ModuleType("gossamer.kernels.moe_grouped_gemv")
-    fake.moe_mxfp4_grouped_gemv = lambda x, *args: calls.append(x.shape[0]) or torch.zeros_like(x)
-    monkeypatch.setitem(sys.modules, "gossamer.kernels.moe_grouped_gemv", fake)
+    GEMV (moe_grouped_gemv.py, tested on its own), the rest to grouped v2; all three match the
+    reference (the grouped GEMV runs interpreted on the CPU, its default configs)."""
+    calls = _spy_paths(moe, monkeypatch)
     monkeypatch.setattr(moe, "DECODE_MAX_PAIRS", 4)
     monkeypatch.setattr(moe, "GROUPED_GEMV_MAX_PAIRS", 10)
     experts = _experts(8, 64, 32, seed=98)
     for tokens in (2, 5, 6):  # 4 pairs: the GEMV; 10: the grouped GEMV; 12: grouped v2
         x, logits = _inputs(tokens, 64, 8, seed=99)
         out = moe.moe_mxfp4(x, logits, experts, 2, LIMIT, ALPHA)
-        if tokens != 5:
-            assert _relative_error(out, _reference(x, logits, experts, 2)) < FP16_TOLERANCE
-    assert calls == [5]
+        assert _relative_error(out, _reference(x, logits, experts, 2)) < FP16_TOLERANCE
+    assert calls == ["decode", "grouped_gemv", "v2"]
+
+
+@pytest.mark.parametrize("tokens", [8, 16, 32])
+def test_entry_point_default_paths_on_120b_expert_counts(moe, monkeypatch, tokens):
+    """With the module's own limits, top-4 of 128 experts (gpt-oss-120b's routing, tiny hidden
+    sizes): each token count takes the path the limits name and matches the reference. With the
+    grouped GEMV on (GROUPED_GEMV_MAX_PAIRS 128, DECODE_MAX_PAIRS 32): the decode GEMV at 8
+    tokens, the grouped GEMV at 16 and 32."""
+    calls = _spy_paths(moe, monkeypatch)
+    experts = _experts(128, 64, 32, seed=100)
+    x, logits = _inputs(tokens, 64, 128, seed=101 + tokens)
+    out = moe.moe_mxfp4(x, logits, experts, 4, LIMIT, ALPHA)
+    pairs = tokens * 4
+    if pairs <= min(moe.DECODE_MAX_PAIRS, moe.DECODE_PAIRS_PER_EXPERT * 128):
+        assert calls == ["decode"]
+    elif pairs <= moe.GROUPED_GEMV_MAX_PAIRS:
+        assert calls == ["grouped_gemv"]
+    else:
+        assert calls == ["v2"]
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE

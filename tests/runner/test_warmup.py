@@ -25,7 +25,7 @@ from gossamer.model.loader import load_model
 from gossamer.ops.torch_ref import TorchOps
 from gossamer.runner import model_runner, warmup
 from gossamer.runner.model_runner import ModelRunner, SeqInput
-from gossamer.runner.warmup import WarmupStep, warm_up
+from gossamer.runner.warmup import MoEShape, WarmupStep, warm_up, warmup_plan
 from gossamer.sampling_params import SamplingParams
 from tests.hf_models import write_hf_model
 
@@ -35,7 +35,7 @@ from tests.hf_models import write_hf_model
 with pytest.MonkeyPatch.context() as _patch:
     if not torch.cuda.is_available():
         _patch.setenv("TRITON_INTERPRET", "1")
-    from gossamer.kernels import attention, gemv, moe_mxfp4, norm, rope
+    from gossamer.kernels import attention, gemv, moe_grouped_gemv, moe_mxfp4, norm, rope
     from gossamer.ops.triton import TritonOps
 
 H200_SMS = 132
@@ -97,6 +97,11 @@ class KernelRecorder:
         params = inspect.signature(kernel.fn).parameters.values()
         self.names = [param.name for param in params]
         self.runtime = {p.name for p in params if "constexpr" not in str(p.annotation)}
+        # integers Triton does not specialize (do_not_specialize: names or positions; the
+        # interpreter keeps the decorator's arguments in `kwargs`)
+        options = getattr(kernel, "kwargs", None) or {}
+        plain = getattr(kernel, "do_not_specialize", None) or options.get("do_not_specialize")
+        self.plain = {self.names[p] if isinstance(p, int) else p for p in plain or ()}
         self.log = log
 
     def __getitem__(self, grid):
@@ -105,7 +110,8 @@ class KernelRecorder:
     def launch(self, *args, **kwargs) -> None:
         values = dict(zip(self.names, args, strict=False)) | kwargs
         constexprs = tuple(sorted((k, v) for k, v in values.items() if k not in self.runtime))
-        runtime = tuple((k, specialization(v)) for k, v in values.items() if k in self.runtime)
+        runtime = tuple((k, ("int", -(2**31) <= v < 2**31) if k in self.plain else specialization(v))
+                        for k, v in values.items() if k in self.runtime)  # fmt: skip
         self.log.append(Launch(self.name, constexprs, runtime))
         if self.name == "_route_kernel":
             values["ids_ptr"].zero_()  # valid expert ids: the sort after routing indexes with them
@@ -137,6 +143,14 @@ for _op in OPS:
     setattr(RecordingOps, _op, _recorded(_op))
 
 
+def record_launches(patch: pytest.MonkeyPatch, modules, log: list[Launch]) -> None:
+    """Replace every @triton.jit function of `modules` by a recorder writing to `log`."""
+    for kernels in modules:
+        for name, value in vars(kernels).items():
+            if hasattr(value, "fn") and hasattr(value, "run"):
+                patch.setattr(kernels, name, KernelRecorder(value, log))
+
+
 @contextlib.contextmanager
 def recording(model, fused_norm_max_m: int | None = None):
     """The model on RecordingOps with H200 SM counts; yields the launch log."""
@@ -146,10 +160,7 @@ def recording(model, fused_norm_max_m: int | None = None):
     with pytest.MonkeyPatch.context() as patch:
         if fused_norm_max_m is not None:
             patch.setattr(gemv, "FUSED_NORM_MAX_M", fused_norm_max_m)
-        for kernels in (attention, moe_mxfp4, gemv, norm, rope):
-            for name, value in vars(kernels).items():
-                if hasattr(value, "fn") and hasattr(value, "run"):  # a @triton.jit function
-                    patch.setattr(kernels, name, KernelRecorder(value, log))
+        record_launches(patch, (attention, moe_mxfp4, moe_grouped_gemv, gemv, norm, rope), log)
         patch.setattr(attention, "_sm_count", lambda device: H200_SMS)
         patch.setattr(gemv, "_num_sms", lambda device: H200_SMS)
         ops = RecordingOps()
@@ -234,14 +245,31 @@ def describe(launches: set[Launch]) -> str:
 # ---- tests --------------------------------------------------------------------------------------
 
 
+EXPERTS, TOP_K = 4, 2  # the model fixture's MoE
+
+
+def moe_tokens(path: str) -> list[int]:
+    """The token counts up to the budget whose MoE takes `path` ("grouped_gemv" or "grouped") in
+    the model fixture, by moe_mxfp4.moe_mxfp4's pair limits."""
+    decode = min(moe_mxfp4.DECODE_MAX_PAIRS, moe_mxfp4.DECODE_PAIRS_PER_EXPERT * EXPERTS)
+    grouped_gemv = max(decode, moe_mxfp4.GROUPED_GEMV_MAX_PAIRS)
+    low, high = (decode, grouped_gemv) if path == "grouped_gemv" else (grouped_gemv, BUDGET * TOP_K)
+    return [tokens for tokens in range(1, BUDGET + 1) if low < tokens * TOP_K <= high]
+
+
 def test_warm_up_runs_its_plan_once_per_step(recorded):
     assert len(recorded.per_step) == len(recorded.steps)
     # 4 BLOCK_Q buckets x (a short context + 6 split counts), then prefill steps of 9 tokens (the
-    # prefill attention), 33 (MoE grouped BLOCK_M 32: 33 * 2 pairs over 4 experts) and the budget
+    # prefill attention), the first count at grouped BLOCK_M 32 (33 * 2 pairs over 4 experts, or
+    # the first count past the grouped GEMV's limit: smaller counts are covered by 8 tokens) and
+    # the budget
     decode = [step for step in recorded.steps if step.num_tokens <= 8]
     assert sorted({step.query_lens[0] for step in decode}) == [1, 2, 4, 8]
     assert len(decode) == 4 * 7
-    assert [step.num_tokens for step in recorded.steps[len(decode) :]] == [9, 33, BUDGET]
+    first_32 = next(
+        t for t in moe_tokens("grouped") if moe_mxfp4._block_m(t * TOP_K, EXPERTS) == 32
+    )
+    assert [step.num_tokens for step in recorded.steps[len(decode) :]] == [9, first_32, BUDGET]
 
 
 def test_every_later_launch_was_compiled_by_the_warm_up(recorded):
@@ -287,7 +315,11 @@ def test_prefill_attention_and_moe_paths(recorded):
     assert constexprs(recorded.warm, "_fp16_gate_up_kernel")  # the GEMV path
     block_ms = constexprs(recorded.warm, "_grouped_gate_up_kernel", "BLOCK_M")
     block_ms |= constexprs(recorded.warm, "_v2_gate_up_kernel", "BLOCK_M")  # GROUPED_V2
-    assert block_ms == {(16,), (32,)}
+    # {16, 32}; {32} with the grouped GEMV up to 64 tokens (M-tiles of 4 pairs: 4 experts)
+    assert block_ms == {(moe_mxfp4._block_m(t * TOP_K, EXPERTS),) for t in moe_tokens("grouped")}
+    tiles = constexprs(recorded.warm, "_gemv_gate_up_kernel", "BLOCK_M")  # the grouped GEMV's
+    assert tiles == {(moe_grouped_gemv.default_block_m(t * TOP_K, EXPERTS),)
+                     for t in moe_tokens("grouped_gemv")}  # fmt: skip
     assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == ROW_CLASSES
 
 
@@ -325,6 +357,41 @@ def test_a_plan_with_a_hole_misses_later_launches(recorded, hole):
             if not dropped(step)]  # fmt: skip
     assert len(kept) < len(recorded.steps)
     assert recorded.serving - set().union(*kept)
+
+
+def moe_launches(num_experts: int, top_k: int):
+    """token count -> the launches of moe_mxfp4.moe_mxfp4 on MXFP4 experts of that routing
+    (tiny hidden sizes: the path and tile choices depend on the token and expert counts)."""
+    from tests.kernels.test_moe_mxfp4 import ALPHA, LIMIT, _experts
+
+    experts = _experts(num_experts, 64, 32, seed=0, device="cpu")  # kernels recorded, not run
+    log: list[Launch] = []
+
+    def launches(num_tokens: int) -> set[Launch]:
+        log.clear()
+        x, logits = torch.zeros(num_tokens, 64), torch.zeros(num_tokens, num_experts)
+        moe_mxfp4.moe_mxfp4(x, logits, experts, top_k, LIMIT, ALPHA)
+        return set(log)
+
+    return launches, log
+
+
+@pytest.mark.parametrize("num_experts", [128, 32])  # gpt-oss-120b and 20b, top-4
+def test_plan_reaches_every_moe_launch_of_the_gpt_oss_routings(num_experts):
+    """The plan's token counts reach every MoE launch (path, BLOCK_M, integer classes) that any
+    batch up to the budget makes, with 128 or 32 experts (the model fixture has 4): the plan's
+    view of the MoE paths (warmup.moe_launch_shape) must follow moe_mxfp4's choice."""
+    budget = 1024  # past the last BLOCK_M change of grouped v2 (32 at > 16 pairs per expert)
+    plan = warmup_plan(4096, budget, 256, MoEShape(num_experts, 4, mxfp4=True))
+    with pytest.MonkeyPatch.context() as patch:
+        launches, log = moe_launches(num_experts, 4)
+        record_launches(patch, (moe_mxfp4, moe_grouped_gemv), log)
+        warm = set().union(*(launches(count) for count in {step.num_tokens for step in plan}))
+        missing = {}
+        for count in range(1, budget + 1):
+            for launch in launches(count) - warm:
+                missing.setdefault(launch, count)
+    assert not missing, "\n".join(f"{count} tokens: {launch}" for launch, count in missing.items())
 
 
 def test_dry_run_writes_no_kv_and_returns_nothing(model):
