@@ -9,6 +9,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   no_rope      RoPE + KV write as its own launch
   no_layout    the published MXFP4 bit layout (the experts are repacked back in place)
   none         all three off
+  router_split the router + routing launch without the norm in it (the norm kernel first)
+  no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -29,7 +31,7 @@ import triton
 from decode_speed import BLOCK, make_seqs, step_bytes, timed_decode
 from timing import copy_bandwidth
 
-from gossamer.kernels import attention, gemv
+from gossamer.kernels import attention, gemv, moe_mxfp4
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
 from gossamer.model.weights import set_experts_layout
@@ -43,6 +45,8 @@ VARIANTS = {
     "no_rope": {"fuse_rope": False},
     "no_layout": {"layout": mxfp4.LAYOUT_HF},
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
+    "router_split": {"router_norm": False},
+    "no_router": {"fused_router": False},
 }
 
 
@@ -50,6 +54,8 @@ def apply(model, variant: dict, defaults: dict) -> None:
     set_experts_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
     gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
+    moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
+    moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -76,11 +82,13 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
         name, load_format="dummy", device="cuda", max_model_len=args.context + args.steps + 32
     )
     model, cfg = loaded.model, loaded.config
-    defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV}
-    times = {v: [] for v in VARIANTS}
+    defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
+                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM}  # fmt: skip
+    chosen = args.variants.split(",") if args.variants else list(VARIANTS)
+    times = {v: [] for v in chosen}
     for _ in range(args.rounds):
-        for variant, changes in VARIANTS.items():
-            apply(model, changes, defaults)
+        for variant in chosen:
+            apply(model, VARIANTS[variant], defaults)
             seconds = time_variant(model, args.context, args.steps)
             times[variant].append(seconds)
             print(f"{name} {variant:10s} {1e3 * seconds:7.3f} ms", flush=True)
@@ -104,6 +112,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--variants", default=None, help=f"comma-separated, of {list(VARIANTS)}")
     args = parser.parse_args()
     bandwidth = copy_bandwidth(gib=4)
     print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s", flush=True)

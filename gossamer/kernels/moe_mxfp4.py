@@ -44,6 +44,7 @@ Without inline PTX (the interpreter, or USE_INLINE_PTX = False) both paths decod
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -361,20 +362,8 @@ def _route_kernel(
     logits = tl.load(
         logits_ptr + token * logits_row_stride + expert, mask=expert < E, other=float("-inf")
     ).to(tl.float32)
-    slot = tl.arange(0, K_P2)
-    top_logits = tl.full([K_P2], float("-inf"), tl.float32)
-    top_ids = tl.zeros([K_P2], tl.int32)
-    for k in tl.static_range(TOP_K):
-        best = tl.max(logits, axis=0)
-        # NOTE: clamped so that NaN logits (no match) give garbage, not out-of-bounds reads.
-        best_id = tl.minimum(tl.min(tl.where(logits == best, expert, E_P2), axis=0), E - 1)
-        top_logits = tl.where(slot == k, best, top_logits)
-        top_ids = tl.where(slot == k, best_id, top_ids)
-        logits = tl.where(expert == best_id, float("-inf"), logits)
-    valid = slot < TOP_K
-    exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
-    tl.store(ids_ptr + token * TOP_K + slot, top_ids, mask=valid)
-    tl.store(weights_ptr + token * TOP_K + slot, exps / tl.sum(exps, axis=0), mask=valid)
+    _top_k_softmax(logits, expert, ids_ptr + token * TOP_K, weights_ptr + token * TOP_K,
+                   E, E_P2, TOP_K, K_P2)  # fmt: skip
 
     if X_LAYOUT == 1:
         for start in tl.static_range(0, H, BLOCK_H):
@@ -393,9 +382,7 @@ def _route_kernel(
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * HP + _v2_position(k, V2_GROUPS), values, mask=k < H)
     elif ONE_PASS:
-        scale = _fp16_row_scale(tl.max(tl.abs(x_row), axis=0), x_unscale_ptr + token)
-        scaled = (x_row * scale).to(tl.float16)
-        tl.store(x_out_ptr + token * H + _pair_plane_index(k_row, H), scaled, mask=k_row < H)
+        _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
     elif X_LAYOUT == 3:
         amax = 0.0
         for start in tl.static_range(0, H, BLOCK_H):
@@ -408,6 +395,36 @@ def _route_kernel(
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             scaled = (values * scale).to(tl.float16)
             tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
+
+
+@triton.jit
+def _top_k_softmax(logits, expert, ids_ptr, weights_ptr, E: tl.constexpr, E_P2: tl.constexpr,
+                   TOP_K: tl.constexpr, K_P2: tl.constexpr):  # fmt: skip
+    """Store the TOP_K largest of fp32 logits [E_P2] (-inf past E) as ids (ties: the lower
+    expert) and their softmax weights, at ids_ptr[0:TOP_K] and weights_ptr[0:TOP_K]."""
+    slot = tl.arange(0, K_P2)
+    top_logits = tl.full([K_P2], float("-inf"), tl.float32)
+    top_ids = tl.zeros([K_P2], tl.int32)
+    for k in tl.static_range(TOP_K):
+        best = tl.max(logits, axis=0)
+        # NOTE: clamped so that NaN logits (no match) give garbage, not out-of-bounds reads.
+        best_id = tl.minimum(tl.min(tl.where(logits == best, expert, E_P2), axis=0), E - 1)
+        top_logits = tl.where(slot == k, best, top_logits)
+        top_ids = tl.where(slot == k, best_id, top_ids)
+        logits = tl.where(expert == best_id, float("-inf"), logits)
+    valid = slot < TOP_K
+    exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
+    tl.store(ids_ptr + slot, top_ids, mask=valid)
+    tl.store(weights_ptr + slot, exps / tl.sum(exps, axis=0), mask=valid)
+
+
+@triton.jit
+def _store_fp16_planes(x_row, k_row, x_out_ptr, x_unscale_ptr, H: tl.constexpr):
+    """x_row [BLOCK_H] fp32 (zero past H) as the fp16 GEMV's input: x * 2^e as pair planes at
+    x_out_ptr, 2^-e at x_unscale_ptr (see _fp16_row_scale)."""
+    scale = _fp16_row_scale(tl.max(tl.abs(x_row), axis=0), x_unscale_ptr)
+    scaled = (x_row * scale).to(tl.float16)
+    tl.store(x_out_ptr + _pair_plane_index(k_row, H), scaled, mask=k_row < H)
 
 
 @triton.jit
@@ -499,6 +516,215 @@ def route_reference(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tens
     """The pure-torch twin of `route` (ids, weights) as TorchOps().moe computes them, in fp32."""
     top_logits, top_ids = torch.topk(router_logits.float(), top_k, dim=-1)
     return top_ids.flatten().to(torch.int32), torch.softmax(top_logits, dim=-1).flatten()
+
+
+# ----------------------------------------------------------------------------------------------
+# Decode: the post-attention norm, the router and the routing in one launch
+# ----------------------------------------------------------------------------------------------
+# At batch 1 the norm, the router GEMV (0.74 MB on 120b) and the routing are three short launches,
+# each a dependent trip to memory. `_router_route_kernel` does all three: each program takes a
+# column slice of the router weight for every expert (loaded before its PDL wait: weights are
+# constant), normalises its slice of x on the fly (its full rows are read once for the norm's
+# sum of squares) and stores float32 partial logits; the last program to arrive (atomic counter)
+# adds the partials in a fixed order, rounds the logits as the separate GEMV would, picks the top
+# k and writes x as the fp16 GEMV's input. The expert ids then come from the kernel two launches
+# before gate_up's successor, as the down GEMV's early weight prefetch requires (see pdl.py).
+FUSED_ROUTER = os.environ.get("GOSSAMER_FUSED_ROUTER", "1") != "0"
+ROUTER_NORM = os.environ.get("GOSSAMER_ROUTER_NORM", "1") != "0"  # the norm too (else its kernel)
+ROUTER_MAX_TOKENS = 8  # every program loops over the tokens: decode and short verification steps
+ROUTER_BLOCK_K = 64  # router columns per program (2880 -> 45 programs)
+ROUTER_WARPS = 4
+
+
+@triton.jit
+def _router_route_kernel(
+    x_ptr,  # [M, H]: NORM: the attention output (normed here); else the normed rows
+    res_ptr,  # [M, H] residual stream (NORM and HAS_RESIDUAL)
+    norm_w_ptr,  # [H] fp32 norm weight (NORM)
+    res_out_ptr,  # [M, H] out: x + residual (NORM and HAS_RESIDUAL)
+    w_ptr,  # [E, H] router weight
+    bias_ptr,  # [E]
+    partial_ptr,  # [SPLITS, M, E_P2] fp32 scratch
+    counter_ptr,  # [1] int32, zero between launches
+    ids_ptr,  # [M * TOP_K] int32 out
+    weights_ptr,  # [M * TOP_K] fp32 out
+    x_h_ptr,  # [M, H] fp16 out: the normed rows as the fp16 GEMV's pair planes, scaled
+    x_unscale_ptr,  # [M] fp32 out
+    M,
+    eps,
+    H: tl.constexpr,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    K_P2: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    SPLITS: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    pid = tl.program_id(0)
+    expert = tl.arange(0, E_P2)
+    k = pid * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_ok = k < H
+    w_mask = (expert < E)[:, None] & k_ok[None, :]
+    w = tl.load(w_ptr + expert[:, None] * H + k[None, :], mask=w_mask, other=0.0)  # constant
+    pdl.wait(PDL)
+    for m in range(M):
+        xk = _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, k, k_ok, eps, H, BLOCK_H,
+                           NORM, HAS_RESIDUAL, True)  # fmt: skip
+        part = tl.sum(w.to(tl.float32) * xk[None, :], axis=1)
+        tl.store(partial_ptr + (pid * M + m) * E_P2 + expert, part)
+    # NOTE: the barrier orders every thread's stores before the (release) arrival; the program
+    # that sees all others arrived (acquire) reads their partials through L2 (.cg).
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+    if arrived == SPLITS - 1:
+        split = tl.arange(0, SPLITS_P2)
+        bias = tl.load(bias_ptr + expert, mask=expert < E, other=0.0).to(tl.float32)
+        row = tl.arange(0, BLOCK_H)
+        for m in range(M):
+            parts = tl.load(partial_ptr + (split[:, None] * M + m) * E_P2 + expert[None, :],
+                            mask=(split < SPLITS)[:, None], other=0.0, cache_modifier=".cg")  # fmt: skip
+            # rounded to the activations' dtype, as the router GEMV's output is
+            logits = (tl.sum(parts, axis=0) + bias).to(x_ptr.dtype.element_ty).to(tl.float32)
+            logits = tl.where(expert < E, logits, float("-inf"))
+            _top_k_softmax(logits, expert, ids_ptr + m * TOP_K, weights_ptr + m * TOP_K,
+                           E, E_P2, TOP_K, K_P2)  # fmt: skip
+            x_row = _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, row, row < H, eps,
+                                  H, BLOCK_H, NORM, HAS_RESIDUAL, False)  # fmt: skip
+            _store_fp16_planes(x_row, row, x_h_ptr + m * H, x_unscale_ptr + m, H)
+        tl.store(counter_ptr, 0)  # ready for the next launch
+
+
+@triton.jit
+def _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, k, k_ok, eps, H: tl.constexpr,
+                  BLOCK_H: tl.constexpr, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                  STORE_RESIDUAL: tl.constexpr):  # fmt: skip
+    """Columns k of row m of the normed input, fp32 (values in x's dtype, as the norm kernel
+    writes them); with NORM, TorchOps.rms_norm's arithmetic on x + residual, which is stored at
+    columns k when STORE_RESIDUAL."""
+    if not NORM:
+        return tl.load(x_ptr + m * H + k, mask=k_ok, other=0.0).to(tl.float32)
+    row = tl.arange(0, BLOCK_H)
+    whole = _residual_row(x_ptr, res_ptr, m, row, row < H, H, HAS_RESIDUAL).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(whole * whole, axis=0) / H + eps)
+    h = _residual_row(x_ptr, res_ptr, m, k, k_ok, H, HAS_RESIDUAL)
+    if HAS_RESIDUAL and STORE_RESIDUAL:
+        tl.store(res_out_ptr + m * H + k, h, mask=k_ok)
+    norm_w = tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+    return (norm_w * (h.to(tl.float32) * rstd)).to(h.dtype).to(tl.float32)
+
+
+@triton.jit
+def _residual_row(x_ptr, res_ptr, m, k, k_ok, H: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """x + residual at columns k of row m, rounded to x's dtype as torch's add rounds it."""
+    x = tl.load(x_ptr + m * H + k, mask=k_ok, other=0.0)
+    if HAS_RESIDUAL:
+        res = tl.load(res_ptr + m * H + k, mask=k_ok, other=0.0)
+        x = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
+    return x
+
+
+def fuses_router(
+    hidden: torch.Tensor,
+    residual: torch.Tensor | None,
+    router_weight: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+) -> bool:
+    """Whether `norm_router_moe` serves this problem in its fused form (decode-sized MXFP4 batches
+    on the fp16 GEMV path); else the caller composes the norm, the router and `moe_mxfp4`."""
+    num_tokens, num_experts = hidden.shape[0], router_weight.shape[0]
+    max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * num_experts)
+    return (
+        FUSED_ROUTER
+        and DECODE_FP16
+        and experts.is_mxfp4
+        and 0.0 < swiglu_limit < 1e4
+        and hidden.dim() == 2
+        and 1 <= num_tokens <= ROUTER_MAX_TOKENS
+        and num_tokens * top_k <= max_pairs
+        and hidden.dtype == router_weight.dtype
+        and (residual is None or (residual.dtype, residual.shape) == (hidden.dtype, hidden.shape))
+        and router_weight.shape[1] == hidden.shape[1]
+    )
+
+
+def router_route(
+    x: torch.Tensor,  # [M, H]
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor | None,  # [H]: normalise x (+ residual) here; None: x is normed
+    eps: float,
+    router_weight: torch.Tensor,  # [E, H]
+    router_bias: torch.Tensor,  # [E]
+    top_k: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The norm (optional), router and routing in one launch -> (ids [M*k] int32, weights [M*k]
+    fp32, x_h [M, H] fp16 pair planes, x_unscale [M] fp32, the new residual [M, H]: x + residual,
+    or x without one)."""
+    x = x.contiguous()
+    num_tokens, hidden = x.shape
+    num_experts = router_weight.shape[0]
+    device = x.device
+    e_p2 = triton.next_power_of_2(num_experts)
+    splits = triton.cdiv(hidden, ROUTER_BLOCK_K)
+    norm = norm_weight is not None
+    has_residual = norm and residual is not None
+    residual_arg = residual.contiguous() if has_residual else x
+    res_out = torch.empty_like(x) if has_residual else x
+    ids = torch.empty(num_tokens * top_k, dtype=torch.int32, device=device)
+    weights = torch.empty(num_tokens * top_k, dtype=torch.float32, device=device)
+    x_h = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
+    x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
+    partial = torch.empty(splits, num_tokens, e_p2, dtype=torch.float32, device=device)
+    _router_route_kernel[(splits,)](
+        x, residual_arg, norm_weight if norm else weights, res_out,
+        router_weight.contiguous(), router_bias.contiguous(), partial, _router_counter(device),
+        ids, weights, x_h, x_unscale, num_tokens, float(eps),
+        H=hidden, E=num_experts, E_P2=e_p2, TOP_K=top_k, K_P2=triton.next_power_of_2(top_k),
+        BLOCK_K=ROUTER_BLOCK_K, BLOCK_H=triton.next_power_of_2(hidden), SPLITS=splits,
+        SPLITS_P2=triton.next_power_of_2(splits), NORM=norm, HAS_RESIDUAL=has_residual,
+        num_warps=ROUTER_WARPS, **pdl.launch_options(device),
+    )  # fmt: skip
+    new_residual = res_out if has_residual else x
+    return ids, weights, x_h, x_unscale, new_residual
+
+
+@functools.cache
+def _router_counter(device: torch.device) -> torch.Tensor:
+    # NOTE: one counter per device: launches on a stream run one after another (a PDL successor
+    # touches it only after its wait), and the last program resets it
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+def router_moe(
+    hidden: torch.Tensor,  # [T, H]: NORM: the attention output; else the normed rows
+    residual: torch.Tensor | None,  # [T, H] (with a norm weight)
+    norm_weight: torch.Tensor | None,  # [H] fp32: normalise here (ROUTER_NORM); None: normed
+    eps: float,
+    router_weight: torch.Tensor,  # [E, H]
+    router_bias: torch.Tensor,  # [E]
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The router and the MoE (and the norm before them, with `norm_weight`) for problems that
+    `fuses_router` accepts: (MoE output [T, H], the new residual: hidden + residual, or hidden).
+    Two launches of the fp16 GEMV after the router's."""
+    logits_shape = torch.empty(hidden.shape[0], router_weight.shape[0], device="meta")
+    _, _, _, inter = _check(hidden, logits_shape, experts, top_k)
+    ids, route_w, x_h, x_unscale, new_residual = router_route(
+        hidden, residual, norm_weight, eps, router_weight, router_bias, top_k
+    )
+    out = torch.empty_like(hidden)
+    _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
+                  swiglu_alpha)  # fmt: skip
+    return out, new_residual
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1179,11 +1405,31 @@ def moe_mxfp4_decode_fp16(
     if num_tokens == 0:
         return out
     ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x)
+    _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
+                  swiglu_alpha, gu, dn)  # fmt: skip
+    return out
+
+
+def _fp16_experts(
+    x_h: torch.Tensor,
+    x_unscale: torch.Tensor,
+    ids: torch.Tensor,
+    route_w: torch.Tensor,
+    experts: ExpertWeights,
+    out: torch.Tensor,
+    inter: int,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+    gate_up_config: dict[str, int] | None = None,
+    down_config: dict[str, int] | None = None,
+) -> None:
+    """The fp16 GEMV path after the routing: gate_up (+ SwiGLU), then down into out."""
     act_exp = act_exponent(swiglu_limit)
     act = _fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, swiglu_limit, swiglu_alpha,
-                        act_exp, gu)  # fmt: skip
-    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, dn)
-    return out
+                        act_exp, gate_up_config or DECODE_FP16_GATE_UP)  # fmt: skip
+    down = down_config or DECODE_FP16_DOWN
+    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, down)
 
 
 # Epilogue kernels (split-K sums) take this many elements per program.

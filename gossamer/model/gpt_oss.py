@@ -3,8 +3,8 @@
 Per layer: RMSNorm -> attention (QKV with biases, GQA, YaRN RoPE, per-head learned sinks, a sliding
 window of 128 on the even layers) -> residual -> RMSNorm -> MoE (router logits -> top-4 -> softmax over
 those four -> clamped SwiGLU experts with biases) -> residual. Final RMSNorm and an untied unembedding.
-Each of a layer's two norms is one op with the projection that reads it (`Ops.norm_linear`: QKV, the
-router), so that a backend can fold the norm into that GEMV.
+The input norm is one op with the QKV projection (`Ops.norm_linear`), and the post-attention norm one
+op with the router and the experts (`Ops.norm_moe`), so that a backend can fuse them.
 
 Tensors are flat over tokens ([num_tokens, hidden]); sequences are told apart by `AttentionMetadata`.
 Parameter names follow the Hugging Face checkpoints, except that q/k/v are fused into `qkv_proj`
@@ -141,13 +141,19 @@ class MoE(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor,  # [T, hidden], normed
-        router_logits: torch.Tensor,  # [T, E]: the router projection of x
-    ) -> torch.Tensor:  # [T, hidden]
+        hidden: torch.Tensor,  # [T, hidden]: the attention output
+        residual: torch.Tensor,  # [T, hidden]
+        norm_weight: torch.Tensor,  # the post-attention norm's
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (the MoE output, the new residual)
         cfg = self.config
-        return self.ops.moe(
-            x,
-            router_logits,
+        return self.ops.norm_moe(
+            hidden,
+            residual,
+            norm_weight,
+            eps,
+            self.router.weight,
+            self.router.bias,
             self.experts.weights(),
             cfg.num_experts_per_tok,
             cfg.swiglu_limit,
@@ -186,11 +192,7 @@ class DecoderLayer(nn.Module):
             attn.qkv_proj.weight, attn.qkv_proj.bias, want_normed=False,
         )  # fmt: skip
         x = attn(qkv, positions, cos_sin, metadata, kv_cache)
-        router_logits, x, residual = self.ops.norm_linear(
-            x, residual, self.post_attention_layernorm.weight, self.eps,
-            mlp.router.weight, mlp.router.bias, want_normed=True,  # the experts read x too
-        )  # fmt: skip
-        return mlp(x, router_logits), residual
+        return mlp(x, residual, self.post_attention_layernorm.weight, self.eps)
 
 
 class GptOssModel(nn.Module):

@@ -204,6 +204,24 @@ class Ops(Protocol):
         the chosen logits), apply the clamped SwiGLU experts and sum with the routing weights."""
         ...
 
+    def norm_moe(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        eps: float,
+        router_weight: torch.Tensor,
+        router_bias: torch.Tensor,
+        experts: ExpertWeights,
+        top_k: int,
+        swiglu_limit: float,
+        swiglu_alpha: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's second half: `norm_linear` of the router (want_normed) then `moe` of the
+        normed x with those logits; returns (the MoE output [T, H], the new residual). One op so
+        that a backend can fuse the norm, the router and the routing (decode)."""
+        ...
+
 
 def compose_norm_linear(
     ops: Ops,
@@ -218,3 +236,23 @@ def compose_norm_linear(
     """`Ops.norm_linear` as its two parts on `ops`: the unfused path."""
     normed, new_residual = ops.rms_norm(hidden, norm_weight, eps, residual)
     return ops.linear(normed, weight, bias), normed if want_normed else None, new_residual
+
+
+def compose_norm_moe(
+    ops: Ops,
+    hidden: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    router_weight: torch.Tensor,
+    router_bias: torch.Tensor,
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`Ops.norm_moe` as its parts on `ops`: the unfused path."""
+    router_logits, x, new_residual = ops.norm_linear(
+        hidden, residual, norm_weight, eps, router_weight, router_bias, want_normed=True
+    )
+    return ops.moe(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha), new_residual

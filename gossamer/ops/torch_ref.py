@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from gossamer.model import mxfp4
-from gossamer.ops.base import AttentionMetadata, ExpertWeights, compose_norm_linear
+from gossamer.ops.base import (
+    AttentionMetadata,
+    ExpertWeights,
+    compose_norm_linear,
+    compose_norm_moe,
+)
 
 
 class TorchOps:
@@ -45,6 +50,22 @@ class TorchOps:
         return compose_norm_linear(
             self, hidden, residual, norm_weight, eps, weight, bias, want_normed
         )
+
+    def norm_moe(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        eps: float,
+        router_weight: torch.Tensor,
+        router_bias: torch.Tensor,
+        experts: ExpertWeights,
+        top_k: int,
+        swiglu_limit: float,
+        swiglu_alpha: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return compose_norm_moe(self, hidden, residual, norm_weight, eps, router_weight,
+                                router_bias, experts, top_k, swiglu_limit, swiglu_alpha)  # fmt: skip
 
     def rope(
         self,

@@ -17,7 +17,12 @@ from types import ModuleType
 import torch
 
 from gossamer.kernels import gemv, norm, rope
-from gossamer.ops.base import AttentionMetadata, ExpertWeights, compose_norm_linear
+from gossamer.ops.base import (
+    AttentionMetadata,
+    ExpertWeights,
+    compose_norm_linear,
+    compose_norm_moe,
+)
 from gossamer.ops.torch_ref import TorchOps
 
 
@@ -147,6 +152,32 @@ class TritonOps:
             # TODO(issue 8): remove once gossamer/kernels/moe_mxfp4.py is in.
             fused = self._reference.moe
         return fused(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
+
+    def norm_moe(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        eps: float,
+        router_weight: torch.Tensor,
+        router_bias: torch.Tensor,
+        experts: ExpertWeights,
+        top_k: int,
+        swiglu_limit: float,
+        swiglu_alpha: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # Decode batches: the router and the routing in one launch (with the norm, or after the
+        # norm kernel: moe_mxfp4.ROUTER_NORM), then the two expert GEMVs; else the parts.
+        moe = _kernel_module("moe_mxfp4")
+        args = (router_weight, router_bias, experts, top_k, swiglu_limit, swiglu_alpha)
+        if moe is None or not moe.fuses_router(
+            hidden, residual, router_weight, experts, top_k, swiglu_limit
+        ):
+            return compose_norm_moe(self, hidden, residual, norm_weight, eps, *args)
+        if moe.ROUTER_NORM:
+            return moe.router_moe(hidden, residual, norm_weight, eps, *args)
+        normed, new_residual = self.rms_norm(hidden, norm_weight, eps, residual)
+        return moe.router_moe(normed, None, None, eps, *args)[0], new_residual
 
 
 @functools.cache
