@@ -529,7 +529,12 @@ def route_reference(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tens
 # adds the partials in a fixed order, rounds the logits as the separate GEMV would, picks the top
 # k and writes x as the fp16 GEMV's input. The expert ids then come from the kernel two launches
 # before gate_up's successor, as the down GEMV's early weight prefetch requires (see pdl.py).
-FUSED_ROUTER = os.environ.get("GOSSAMER_FUSED_ROUTER", "1") != "0"
+# Off by default: measured on the H200 (2026-12-03, benchmarks/fusion_ab.py, batch 1, 1k context,
+# two interleaved rounds on one machine) it is slower: 120b 2.602 ms per step with the norm inside,
+# 2.527 with the norm kernel first, 2.511 for the three separate launches; 20b 1.852 / 1.856 /
+# 1.796. The last program's serial tail (partials, top-k, the whole row again) costs more than
+# the launches it saves. GOSSAMER_FUSED_ROUTER=1 turns it on.
+FUSED_ROUTER = os.environ.get("GOSSAMER_FUSED_ROUTER", "0") == "1"
 ROUTER_NORM = os.environ.get("GOSSAMER_ROUTER_NORM", "1") != "0"  # the norm too (else its kernel)
 ROUTER_MAX_TOKENS = 8  # every program loops over the tokens: decode and short verification steps
 ROUTER_BLOCK_K = 64  # router columns per program (2880 -> 45 programs)
