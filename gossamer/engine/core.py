@@ -109,6 +109,7 @@ class EngineCore:
         self.speculator = None
         runner_class = ModelRunner
         graph_query_lens: tuple[int, ...] = (1,)
+        tree_options: dict[str, int] = {}
         if config.speculative_config is not None:
             from gossamer.spec.build import build_speculator
 
@@ -119,8 +120,10 @@ class EngineCore:
             # verification steps where every request carries k drafts replay a graph too; the
             # speculator pads drafts to one of these k
             ladder = config.speculative_config.draft_len_ladder
-            if config.speculative_config.tree is None:  # tree steps run eagerly
+            if config.speculative_config.tree is None:
                 graph_query_lens = (1, *(1 + k for k in ladder))
+            else:  # tree verification steps replay the runner's tree graphs
+                tree_options["tree_query_len"] = 1 + config.speculative_config.tree.num_nodes
         self.runner = runner or runner_class(
             model,
             num_blocks=self.num_blocks,
@@ -130,6 +133,7 @@ class EngineCore:
             cuda_graphs=config.cuda_graphs,
             graph_query_lens=graph_query_lens,
             warmup=config.warmup,
+            **tree_options,
         )
         if self.speculator is not None:  # the cost-aware k's step costs, timed on this runner
             self.speculator.calibrate(self.runner, self.num_blocks)
