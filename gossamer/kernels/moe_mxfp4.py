@@ -721,6 +721,8 @@ def router_moe(
     """The router and the MoE (and the norm before them, with `norm_weight`) for problems that
     `fuses_router` accepts: (MoE output [T, H], the new residual: hidden + residual, or hidden).
     Two launches of the fp16 GEMV after the router's."""
+    # _check validates against router logits [T, E], which this path never materialises: a meta
+    # tensor of that shape stands in (no memory, no launch)
     logits_shape = torch.empty(hidden.shape[0], router_weight.shape[0], device="meta")
     _, _, _, inter = _check(hidden, logits_shape, experts, top_k)
     ids, route_w, x_h, x_unscale, new_residual = router_route(
