@@ -33,9 +33,13 @@ class TritonOps:
         self._reference = TorchOps()
 
     def linear(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        prefetch: tuple[torch.Tensor, ...] = (),
     ) -> torch.Tensor:
-        return gemv.linear(x, weight, bias)
+        return gemv.linear(x, weight, bias, prefetch)
 
     def rms_norm(
         self,
@@ -55,13 +59,15 @@ class TritonOps:
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         want_normed: bool,
+        prefetch: tuple[torch.Tensor, ...] = (),
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         # the norm runs in the GEMV's prologue where the Triton GEMV serves the projection (decode
         # batches); else (prefill, cuBLAS shapes) its own kernel, then `linear`
         if gemv.fuses_norm(hidden, residual, weight):
-            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed)
+            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed,
+                                    prefetch=prefetch)  # fmt: skip
         return compose_norm_linear(
-            self, hidden, residual, norm_weight, eps, weight, bias, want_normed
+            self, hidden, residual, norm_weight, eps, weight, bias, want_normed, prefetch
         )
 
     def rope(

@@ -153,7 +153,9 @@ def test_triton_ops_fuses_what_the_gemv_serves(interpreted_ops, monkeypatch):
     kernels = triton_ops.gemv
     fused = []
     real = kernels.norm_linear
-    monkeypatch.setattr(kernels, "norm_linear", lambda *args: fused.append(args) or real(*args))
+    monkeypatch.setattr(
+        kernels, "norm_linear", lambda *args, **kw: fused.append(args) or real(*args, **kw)
+    )
     monkeypatch.setattr(kernels, "FUSED_NORM_MAX_M", kernels.GEMV_MAX_M)  # on (default: off)
 
     def check(m):
