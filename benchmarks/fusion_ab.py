@@ -11,6 +11,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   none         all three off
   router_split the router + routing launch without the norm in it (the norm kernel first)
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
+  l2_prefetch  the QKV GEMV sends the O projection's and router's weights to L2 (gemv.L2_PREFETCH on)
+  no_prefetch  the same off
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -47,6 +49,8 @@ VARIANTS = {
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
     "router_split": {"router_norm": False},
     "no_router": {"fused_router": False},
+    "l2_prefetch": {"l2_prefetch": True},
+    "no_prefetch": {"l2_prefetch": False},
 }
 
 
@@ -56,6 +60,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
+    gemv.L2_PREFETCH = variant.get("l2_prefetch", defaults["l2_prefetch"])
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -83,7 +88,8 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     )
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
-                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM}  # fmt: skip
+                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
+                "l2_prefetch": gemv.L2_PREFETCH}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     times = {v: [] for v in chosen}
     for _ in range(args.rounds):

@@ -66,16 +66,16 @@ MXFP4_GROUP = 32  # elements per e8m0 scale
 # 39.0; but 20b (32 experts) at T=32 took 15.9 ms on the GEMV against 13.8 at T=64 on the grouped
 # path. The re-read bytes grow with pairs per expert, so the GEMV also stops at
 # DECODE_PAIRS_PER_EXPERT * E pairs (T <= 16 for 20b, T <= 32 for 120b). With grouped v2 (same
-# machine, 120b, PDL on): T=8 8.4 ms GEMV vs 11.2 v2, T=16 13.4 vs 16.2, T=32 25.1 vs 22.9, so
-# the GEMV now stops at 64 pairs (T <= 16).
-DECODE_MAX_PAIRS = 64
-# Pairs above DECODE_MAX_PAIRS and up to this many go to the expert-grouped packed-fp16 GEMV
+# machine, 120b, PDL on): T=8 8.4 ms GEMV vs 11.2 v2, T=16 13.4 vs 16.2, T=32 25.1 vs 22.9.
+# Since the expert-grouped GEMV (below) the GEMV stops at 32 pairs (T <= 8 at top-4): that one
+# wins from 16 tokens; 8 is unmeasured.
+DECODE_MAX_PAIRS = int(os.environ.get("GOSSAMER_DECODE_MAX_PAIRS", "32"))  # (env: A/B runs)
+# Pairs above the GEMV's limit and up to this many go to the expert-grouped packed-fp16 GEMV
 # (moe_grouped_gemv.py), the rest to the grouped kernels. Measured on the H200 (2026-12-03,
-# BENCHMARKS.md, fourth session): 120b decode steps at batch 16 11.36 -> 10.06 ms and 32 20.83 ->
-# 16.58 ms with it (DECODE_MAX_PAIRS 4, this 256), batch 64 unchanged. Still 0 (off): the
-# interpreted test harness and the warm-up's launch recorder do not cover that module yet (a
-# CPU test process would launch its compiled kernels), and its GPU tests have not all run.
-GROUPED_GEMV_MAX_PAIRS = 0
+# BENCHMARKS.md, fourth session): one 120b layer at 16 tokens 210 us against 254 (GEMV) and 337
+# (v2); 120b decode steps at batch 16 11.36 -> 10.06 ms and 32 20.83 -> 16.58 ms, batch 64
+# unchanged (its tiles lost there: 760 us against v2's 674), so it stops at T <= 32 at top-4.
+GROUPED_GEMV_MAX_PAIRS = int(os.environ.get("GOSSAMER_GROUPED_GEMV_MAX_PAIRS", "128"))
 DECODE_PAIRS_PER_EXPERT = 2
 
 # Launch configurations (see benchmarks/kernels_moe.py for the sweep that picks them).
@@ -2334,7 +2334,10 @@ def moe_mxfp4_grouped_v2(
     num_pairs = num_tokens * top_k
     block_m = block_m or _block_m(num_pairs, num_experts)
     ids, route_w, x_v2, _ = _route(router_logits, top_k, x, "v2", gu["GROUPS_PER_STEP"])
-    sorted_pairs, counts, offsets, tile_ends = _expert_schedule(ids, num_experts, block_m)
+    # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
+    from gossamer.kernels.moe_grouped_gemv import expert_schedule
+
+    sorted_pairs, counts, offsets, tile_ends = expert_schedule(ids, num_experts, block_m)
     max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
     dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
     act_dtype = torch.bfloat16 if dot_bf16 else torch.float32
@@ -2415,6 +2418,8 @@ def moe_mxfp4(
         decode = moe_mxfp4_decode_fp16 if fp16 else moe_mxfp4_decode
         return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     if experts.is_mxfp4 and fp16 and x.shape[0] * top_k <= GROUPED_GEMV_MAX_PAIRS:
+        # NOTE: imported here, as moe_grouped_gemv imports this module; the CPU tests' interpreted
+        # copy of this module gets the interpreted copy of that one (tests/kernels/interpreted.py)
         from gossamer.kernels.moe_grouped_gemv import moe_mxfp4_grouped_gemv
 
         return moe_mxfp4_grouped_gemv(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)

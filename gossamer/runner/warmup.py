@@ -13,8 +13,9 @@ persistent buffers; what changes from step to step is:
   (1, a multiple of 16, or neither) and the in-kernel merge's SPLITS_P2 (or the merge kernel's,
   when that runs). The prefill launch has one key. SLIDING is per layer (every forward runs both
   kinds); TREE only in tree speculation (below).
-* MoE (kernels/moe_mxfp4.py): the GEMV path up to a pair limit, then the grouped path, whose
-  BLOCK_M grows with the mean pairs per expert.
+* MoE (kernels/moe_mxfp4.py): the GEMV path up to a pair limit, then the expert-grouped GEMV
+  (kernels/moe_grouped_gemv.py, up to a second limit) with its M-tile size, then the grouped
+  path, whose BLOCK_M grows with the mean pairs per expert.
 * linear (kernels/gemv.py): Triton up to GEMV_MAX_M rows with BLOCK_M = next_power_of_2(rows) and
   M == 1 specialized; cuBLAS above (nothing to compile). rms_norm and rope: one key each.
 
@@ -165,8 +166,8 @@ def prefill_token_counts(max_tokens: int, decode_lens: list[int], moe: MoEShape)
 
 def moe_launch_shape(moe: MoEShape) -> Callable[[int], tuple]:
     """token count -> the MoE kernels' launch shape, as `moe_mxfp4.moe_mxfp4` picks it: the GEMV
-    path, or the grouped path with its BLOCK_M."""
-    from gossamer.kernels import moe_mxfp4
+    path, the expert-grouped GEMV with its M-tile size, or the grouped path with its BLOCK_M."""
+    from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
 
     limit = min(moe_mxfp4.DECODE_MAX_PAIRS, moe_mxfp4.DECODE_PAIRS_PER_EXPERT * moe.num_experts)
 
@@ -174,6 +175,8 @@ def moe_launch_shape(moe: MoEShape) -> Callable[[int], tuple]:
         pairs = num_tokens * moe.top_k
         if moe.mxfp4 and pairs <= limit:
             return ("gemv",)
+        if moe.mxfp4 and pairs <= moe_mxfp4.GROUPED_GEMV_MAX_PAIRS:
+            return ("grouped_gemv", moe_grouped_gemv.default_block_m(pairs, moe.num_experts))
         return ("grouped", moe_mxfp4._block_m(pairs, moe.num_experts))
 
     return shape
