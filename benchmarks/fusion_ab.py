@@ -13,6 +13,7 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
   l2_prefetch  the QKV GEMV sends the O projection's and router's weights to L2 (gemv.L2_PREFETCH on)
   no_prefetch  the same off
+  router_norm_folded  the RMSNorm in the router GEMV's prologue only (gemv.FUSED_NORM_NARROW_MAX_M)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -51,6 +52,8 @@ VARIANTS = {
     "no_router": {"fused_router": False},
     "l2_prefetch": {"l2_prefetch": True},
     "no_prefetch": {"l2_prefetch": False},
+    "router_norm_folded": {"fused_norm_narrow_max_m": gemv.GEMV_MAX_M},
+    "prefetch_router_norm": {"l2_prefetch": True, "fused_norm_narrow_max_m": gemv.GEMV_MAX_M},
 }
 
 
@@ -61,6 +64,9 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     gemv.L2_PREFETCH = variant.get("l2_prefetch", defaults["l2_prefetch"])
+    gemv.FUSED_NORM_NARROW_MAX_M = variant.get(
+        "fused_norm_narrow_max_m", defaults["fused_norm_narrow_max_m"]
+    )
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -89,7 +95,8 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
-                "l2_prefetch": gemv.L2_PREFETCH}  # fmt: skip
+                "l2_prefetch": gemv.L2_PREFETCH,
+                "fused_norm_narrow_max_m": gemv.FUSED_NORM_NARROW_MAX_M}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     times = {v: [] for v in chosen}
     for _ in range(args.rounds):

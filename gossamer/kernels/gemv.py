@@ -63,6 +63,12 @@ NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT con
 # prologue (read the rows, reduce) delays its first weight bytes more than the launch it saves.
 # GOSSAMER_FUSED_NORM=1 turns it on (at GEMV_MAX_M rows).
 FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
+# The same for "narrow" weights only (the router): its GEMV is latency-bound with few programs, so
+# the prologue may cost less there than the norm's launch. Off until measured on the H200
+# (benchmarks/fusion_ab.py variant router_norm_folded); GOSSAMER_FUSED_NORM_NARROW=1 turns it on.
+FUSED_NORM_NARROW_MAX_M = (
+    GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM_NARROW", "0") == "1" else 0
+)
 # After its own weights, each program may send the weights of later kernels to L2
 # (`linear(..., prefetch=...)`, pdl.prefetch_bulk): the QKV projection sends the O projection's and
 # the router's, which then stream from HBM while attention (latency-bound, ~5 us per layer at
@@ -191,7 +197,10 @@ def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torc
     """Whether `norm_linear` serves this problem (else: the norm kernel, then `linear`)."""
     if residual is not None and (residual.dtype != hidden.dtype or residual.shape != hidden.shape):
         return False
-    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= FUSED_NORM_MAX_M
+    limit = FUSED_NORM_MAX_M
+    if shape_class(*weight.shape) == "narrow":
+        limit = max(limit, FUSED_NORM_NARROW_MAX_M)
+    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= limit
 
 
 def gemv(

@@ -175,6 +175,17 @@ def test_triton_ops_fuses_what_the_gemv_serves(interpreted_ops, monkeypatch):
     assert not kernels.fuses_norm(hidden, residual.double(), weight)  # an add that would promote
 
 
+def test_the_narrow_switch_folds_the_router_norm_only(gemv, monkeypatch):
+    hidden, residual, _, router, _ = _problem(1, 128, 2880, torch.float32, seed=0)
+    qkv = torch.empty(5120, 2880)
+    monkeypatch.setattr(gemv, "FUSED_NORM_MAX_M", 0)
+    monkeypatch.setattr(gemv, "FUSED_NORM_NARROW_MAX_M", gemv.GEMV_MAX_M)
+    assert gemv.fuses_norm(hidden, residual, router)
+    assert not gemv.fuses_norm(hidden, residual, qkv)
+    monkeypatch.setattr(gemv, "FUSED_NORM_NARROW_MAX_M", 0)
+    assert not gemv.fuses_norm(hidden, residual, router)
+
+
 # ---- GPU: gpt-oss-120b shapes in bf16 -------------------------------------------------------------
 
 # (name, out_features, in_features, want_normed): the norms' consumers in one decoder layer
