@@ -26,8 +26,10 @@ tree drafts (top-k children per depth, verified with a tree attention mask; such
 auto times its step-cost table when its engine starts (with CUDA graphs; the line "auto: step costs
 timed at start-up in ... s" shows it, gossamer/spec/calibrate.py) unless --auto-cost-table gives one,
 and charges the proposers' measured host time; each auto row prints the plain step and proposing
-times it ended with. --methods ...,auto-fixed adds auto as it was before: the built-in table, host
-time free.
+times it ended with, and its measured guard's state per batch bucket (gossamer/spec/guard.py:
+tokens/s of speculating and plain steps, and whether it speculates). --methods ...,auto-fixed adds
+auto as it was before: the built-in table, host time free, no guard; ...,auto-noguard adds auto
+without the measured guard (the guard's own effect).
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
@@ -71,6 +73,8 @@ BLOCK = 16
 DEFAULT_TREE = "3,1,1,1"  # top 3 at the first depth, chains below: 12 nodes, depth 4
 TREE_SUFFIX = "-tree"
 AUTO_FIXED = "auto-fixed"
+AUTO_NOGUARD = "auto-noguard"
+COMPARISONS = (AUTO_FIXED, AUTO_NOGUARD)  # rows only when asked for
 
 
 # ---- e2e ----------------------------------------------------------------------------------------
@@ -94,6 +98,8 @@ class E2eRow:
     # (cost_plain_step_us, <method>_propose_us_per_request), and the step costs it timed
     cost_times: dict[str, float] = field(default_factory=dict)
     measured_cost_table: str | None = None
+    # the measured guard at the row's end (guard_b{bucket}_*), and the steps it kept plain
+    guard: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         return (
@@ -104,10 +110,16 @@ class E2eRow:
         ) + self._cost_line()
 
     def _cost_line(self) -> str:
-        if not self.cost_times:
-            return ""
-        times = ", ".join(f"{name} {value:.1f}" for name, value in sorted(self.cost_times.items()))
-        return f"\n{'':12s} cost model at the end: {times}"
+        line = ""
+        if self.cost_times:
+            times = ", ".join(
+                f"{name} {value:.1f}" for name, value in sorted(self.cost_times.items())
+            )
+            line += f"\n{'':12s} cost model at the end: {times}"
+        if self.guard:
+            state = ", ".join(f"{name} {value:g}" for name, value in sorted(self.guard.items()))
+            line += f"\n{'':12s} measured guard: {state}"
+        return line
 
 
 def source_text() -> str:
@@ -186,9 +198,11 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         methods["auto"],
         cost_table=args.auto_cost_table or DEFAULT_COST_TABLE,
         charge_proposer_time=False,
+        measured_guard=False,
     )
+    methods[AUTO_NOGUARD] = replace(methods["auto"], measured_guard=False)
     methods |= tree_configs(args, methods)
-    default = [name for name in methods if name != AUTO_FIXED]  # a comparison, when asked
+    default = [name for name in methods if name not in COMPARISONS]  # comparisons, when asked
     wanted = args.methods.split(",") if args.methods else default
     if args.tree:  # each chosen model method brings its tree variant along
         wanted = [w for name in wanted for w in (name, name + TREE_SUFFIX) if w in methods]
@@ -291,6 +305,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
                 stats.get("num_tree_drafts", 0),
                 _cost_times(engine.stats.spec_stats),
                 measured,
+                _guard_state(engine.stats.spec_stats, stats),
             )
             rows.append(row)
             print(row.line(), flush=True)
@@ -310,6 +325,17 @@ def _cost_times(spec_stats: dict[str, float]) -> dict[str, float]:
         for name, value in spec_stats.items()
         if name.endswith("_us") or name.endswith("_us_per_request")
     }
+
+
+def _guard_state(spec_stats: dict[str, float], counted: dict[str, float]) -> dict[str, float]:
+    """The guard's averages and choices per bucket (rounded), and the timed run's steps it kept
+    plain."""
+    state = {
+        name: round(value, 1) for name, value in spec_stats.items() if name.startswith("guard_")
+    }
+    if state:
+        state["num_guard_off_steps"] = counted.get("num_guard_off_steps", 0)
+    return state
 
 
 def _delta(before: dict, after: dict, prefix: str = "") -> dict:

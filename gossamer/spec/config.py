@@ -68,6 +68,15 @@ class SpecConfig:
     # Charge the proposers' measured host time per request (python lookups, a draft model's
     # passes) against speculating, in plain steps (gossamer/spec/cost.py). Off: drafts are free.
     charge_proposer_time: bool = True
+    # Check the choice against measured wall-clock throughput per batch-size bucket, and keep
+    # speculation off where plain steps emit more tokens per second (gossamer/spec/guard.py).
+    # None: on with the cost model (cost_aware, "auto"). Every `explore_every` decode-only steps
+    # of a bucket, `explore_steps` steps run the other mode; it switches when that mode is
+    # faster by more than `guard_margin` (0.05: 5%).
+    measured_guard: bool | None = None
+    explore_every: int = 128
+    explore_steps: int = 8
+    guard_margin: float = 0.05
     # draft / eagle3: tree drafts instead of chains (gossamer/spec/tree.py): {"branching": [3, 2,
     # 1, 1]} (the top-k children of every node, per depth) or {"paths": [[0], [1], [0, 0], ...]}
     # (EAGLE-style rank paths). Its depth must not exceed num_speculative_tokens; every node is a
@@ -124,6 +133,14 @@ class SpecConfig:
             ("acceptance_window", self.acceptance_window >= 1, "must be at least 1"),
             ("retry_after", self.retry_after >= 1, "must be at least 1"),
             (
+                "measured_guard",
+                self.measured_guard is None or isinstance(self.measured_guard, bool),
+                "must be true, false or null",
+            ),
+            ("explore_every", _is_count(self.explore_every, 1), "must be an integer >= 1"),
+            ("explore_steps", _is_count(self.explore_steps, 1), "must be an integer >= 1"),
+            ("guard_margin", 0 <= self.guard_margin < 1, "must be in [0, 1)"),
+            (
                 "methods",
                 all(m in METHODS and m != "auto" for m in self.methods),
                 f"entries must be among {', '.join(METHODS[:-1])}",
@@ -151,6 +168,11 @@ class SpecConfig:
         return self.method == "auto" if self.cost_aware is None else self.cost_aware
 
     @property
+    def guards_speculation(self) -> bool:
+        """Whether measured throughput may turn speculation off per batch-size bucket."""
+        return self.chooses_k if self.measured_guard is None else self.measured_guard
+
+    @property
     def draft_len_ladder(self) -> tuple[int, ...]:
         """The draft lengths k that verification graphs are captured for (query length 1 + k) and
         that padded drafts are rounded up to: powers of two below num_speculative_tokens, and
@@ -169,6 +191,11 @@ class SpecConfig:
             return self.methods
         extra = (model_method(self.model),) if self.model else ()
         return ("ngram", "suffix", *extra)
+
+
+def _is_count(value: Any, least: int) -> bool:
+    """An integer (not a bool, not a float) of at least `least`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def model_method(path: str) -> str:

@@ -22,7 +22,9 @@ Keys (cumulative since start):
   which a CUDA graph replays; num_ragged_verify_steps: decode-only ones whose draft lengths
   differ (eager); num_prefill_verify_steps: ones that also carry a prompt chunk (eager);
 - num_padding_tokens: filler tokens fed to make steps uniform (computed, never accepted);
-- num_cost_off_steps: steps the cost-aware choice of k decided not to speculate at all.
+- num_cost_off_steps: steps the cost-aware choice of k decided not to speculate at all;
+- num_guard_off_steps: steps the measured guard kept plain (gossamer/spec/guard.py; its state
+  per batch bucket is in the speculator's stats as guard_b{bucket}_*).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class SpecMetrics:
         self.num_prefill_verify_steps = 0
         self.num_padding_tokens = 0
         self.num_cost_off_steps = 0
+        self.num_guard_off_steps = 0
         self.num_draft_positions = 0
         self.num_tree_drafts = 0
         self.num_tree_verify_steps = 0
@@ -81,6 +84,7 @@ class SpecMetrics:
             "num_prefill_verify_steps": self.num_prefill_verify_steps,
             "num_padding_tokens": self.num_padding_tokens,
             "num_cost_off_steps": self.num_cost_off_steps,
+            "num_guard_off_steps": self.num_guard_off_steps,
             "num_draft_positions": self.num_draft_positions,
             "num_tree_drafts": self.num_tree_drafts,
             "num_tree_verify_steps": self.num_tree_verify_steps,

@@ -28,6 +28,11 @@ When to speculate:
   a first proposal builds per-request indexes once) and the engine's step (from the end of one
   `after_step` to the start of the next, decode-only steps); `calibrate` times the runner's
   verification steps at start-up (gossamer/spec/calibrate.py).
+- the measured guard (`measured_guard`, on with the cost model; gossamer/spec/guard.py): per
+  batch-size bucket, the wall time of whole engine steps (from one `after_step` to the next, so
+  proposing and every per-step host cost is in it) and the tokens they emitted, for steps it let
+  speculate and steps it kept plain; where plain steps emit more per second, the bucket does not
+  speculate at all (no proposer runs) but for a short window now and then that measures again.
 
 Tree drafts (`tree` in the config, draft and eagle3 only; gossamer/spec/tree.py): a draft is a
 tree of top-k guesses, fed in breadth-first order; `tree_mask` gives the engine each request's
@@ -58,6 +63,7 @@ from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOu
 from gossamer.spec.calibrate import Timer, calibrated_cost_table
 from gossamer.spec.config import SpecConfig
 from gossamer.spec.cost import DraftLengthChooser
+from gossamer.spec.guard import MeasuredGuard
 from gossamer.spec.metrics import SpecMetrics
 from gossamer.spec.proposer import Draft, Proposer, SpecRequest
 from gossamer.spec.tree import ancestor_masks, move_accepted_kv, node_depths, tree_depth
@@ -74,7 +80,13 @@ class _RequestState:
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, proposers: dict[str, Proposer]) -> None:
+    def __init__(
+        self,
+        config: SpecConfig,
+        proposers: dict[str, Proposer],
+        clock: Timer = time.perf_counter,
+    ) -> None:
+        """`clock`: what the speculator times steps and proposers with (tests inject a fake)."""
         if not proposers:
             raise ValueError("a speculator needs at least one proposer")
         self.config = config
@@ -90,7 +102,18 @@ class Speculator:
         self._tree_paths: dict[str, tuple[int, list[int]]] = {}
         self._step = 0
         self._proposed_for: dict[str, set[str]] = defaultdict(set)  # method -> request ids
-        self._step_done: float | None = None  # perf_counter at the end of the last after_step
+        self.clock = clock
+        self._step_done: float | None = None  # clock at the end of the last after_step
+        self._cycle_start: float | None = None  # clock at the start of the last after_step
+        # the guard's decision for the step in flight (None: not consulted, no sample), and
+        # whether proposing for it built some request's index (a one-off: no sample either)
+        self._step_mode: bool | None = None
+        self._first_proposal = False
+        self.guard = None
+        if config.guards_speculation:
+            self.guard = MeasuredGuard(
+                config.explore_every, config.explore_steps, config.guard_margin
+            )
         self.chooser = None  # cost-aware k (gossamer/spec/cost.py)
         self.measured_cost_table = None  # what `calibrate` timed (ms), if it did
         self.calibration_seconds = 0.0
@@ -217,7 +240,10 @@ class Speculator:
         sampled: dict[str, list[int]],
         row_for: Callable[[str], SamplingRow | None],
     ) -> None:
-        self._record_step_time(scheduled, time.perf_counter())
+        now = self.clock()
+        self._record_step_time(scheduled, now)
+        self._record_cycle(scheduled, sampled, now)
+        self._cycle_start, self._first_proposal = now, False
         self._step += 1
         self._record(scheduled, sampled)
         self._release_ended(scheduler)
@@ -234,21 +260,33 @@ class Speculator:
                 proposer.accepted_paths(paths)
             proposer.observe(scheduled, live)
         self._propose(scheduler, row_for)
-        self._step_done = time.perf_counter()
+        self._step_done = self.clock()
 
     def _record_step_time(self, scheduled: SchedulerOutput, now: float) -> None:
         """The engine's step since the last after_step: the plain step time the cost model
         converts host time with. Steps with a prompt chunk (and the idle time before one) are
         left out."""
         items = scheduled.scheduled_requests
-        if self.chooser is None or self._step_done is None or not items:
-            return
-        if any(
-            not item.do_sample or item.num_new_tokens != 1 + item.num_draft_tokens for item in items
-        ):
+        if self.chooser is None or self._step_done is None or not _decode_only(items):
             return
         num_drafts = sum(item.num_draft_tokens for item in items)
         self.chooser.record_step_time(len(items), num_drafts, now - self._step_done)
+
+    def _record_cycle(
+        self, scheduled: SchedulerOutput, sampled: dict[str, list[int]], now: float
+    ) -> None:
+        """For the measured guard: the step just done, from the start of the previous after_step
+        (which proposed for it, or not) to now, and the tokens it emitted. Steps with a prompt
+        chunk, and those whose proposing built an index first, are left out."""
+        items = scheduled.scheduled_requests
+        mode, start = self._step_mode, self._cycle_start
+        self._step_mode = None
+        if self.guard is None or mode is None or start is None or self._first_proposal:
+            return
+        if not _decode_only(items):
+            return
+        tokens = sum(len(sampled.get(item.request_id, ())) for item in items)
+        self.guard.record(len(items), mode, now - start, tokens)
 
     def _record(self, scheduled: SchedulerOutput, sampled: dict[str, list[int]]) -> None:
         for item in scheduled.scheduled_requests:
@@ -306,6 +344,8 @@ class Speculator:
         if limit is not None and scheduler.num_running >= limit:
             self.metrics.num_disabled_steps += 1
             return
+        if not self._guard_allows(scheduler):
+            return
         candidates = [
             spec
             for request in scheduler.running
@@ -317,6 +357,16 @@ class Speculator:
         else:
             drafts = self._collect_cost_aware(scheduler, candidates, padded)
         self._hand_over(scheduler, drafts, padded)
+
+    def _guard_allows(self, scheduler: Scheduler) -> bool:
+        """The measured guard's decision for the next step (True without a guard)."""
+        num_decodes = len(_decodes(scheduler))
+        if self.guard is None or not num_decodes:
+            return True
+        self._step_mode = self.guard.allows(num_decodes)
+        if not self._step_mode:
+            self.metrics.num_guard_off_steps += 1
+        return self._step_mode
 
     def _collect_cost_aware(
         self, scheduler: Scheduler, candidates: list[SpecRequest], padded: bool
@@ -382,11 +432,13 @@ class Speculator:
         """The proposer's drafts for `group`, its host time per request recorded for the cost
         model when every request of the group had a proposal of it before (a first proposal
         may build the request's index: a one-off cost, not what each step pays)."""
-        start = time.perf_counter()
+        start = self.clock()
         drafts = self.proposers[method].propose(group)
-        seconds = time.perf_counter() - start
+        seconds = self.clock() - start
         seen = self._proposed_for[method]
-        if self.chooser is not None and all(spec.request_id in seen for spec in group):
+        if not all(spec.request_id in seen for spec in group):
+            self._first_proposal = True
+        elif self.chooser is not None:
             self.chooser.record_proposer_time(method, seconds, len(group), self._step)
         seen.update(spec.request_id for spec in group)
         return drafts
@@ -490,7 +542,17 @@ class Speculator:
             for method in self.proposers:
                 per_request = self.chooser.proposer_time.per_request(method, self._step)
                 stats[f"{method}_propose_us_per_request"] = 1e6 * per_request
+        if self.guard is not None:
+            stats |= self.guard.stats()
         return stats
+
+
+def _decode_only(items: Sequence[ScheduledRequest]) -> bool:
+    """A step of decodes only (each fed its pending token and drafts): what step times and
+    tokens per step are comparable across."""
+    return bool(items) and all(
+        item.do_sample and item.num_new_tokens == 1 + item.num_draft_tokens for item in items
+    )
 
 
 def _decodes(scheduler: Scheduler) -> list[Request]:

@@ -265,6 +265,9 @@ def requests(count: int, params: SamplingParams = GREEDY):
 
 
 def run_auto(target, model_path, count: int, **options):
+    """The cost model's own decisions: the measured guard (tests/spec/test_guard.py) would judge
+    by the CPU's wall time and could keep speculation off for its own reasons."""
+    options = {"measured_guard": False} | options
     spec = SpecConfig(method="auto", model=str(model_path), num_speculative_tokens=4, **options)
     engine = make_engine(target, spec)
     tokens, _, steps = run_engine(engine, requests(count))
@@ -323,7 +326,8 @@ def test_seeded_sampling_is_unchanged_by_the_cost_model(target):
     params = SamplingParams(temperature=0.5, seed=5, max_tokens=24, ignore_eos=True)
     seeded = {"s": (repetitive_prompts(1, seed=8)[0], params)}
     plain, _, _ = run_engine(make_engine(target, None), seeded)
-    engine = make_engine(target, SpecConfig(method="auto", num_speculative_tokens=4))
+    spec = SpecConfig(method="auto", num_speculative_tokens=4, measured_guard=False)
+    engine = make_engine(target, spec)
     tokens, _, _ = run_engine(engine, seeded | requests(1))
     assert tokens[("s", 0)] == plain[("s", 0)]
     stats = engine.stats.spec_stats
