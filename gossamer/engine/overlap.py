@@ -43,11 +43,15 @@ Outputs are those of the synchronous engine, token for token, for greedy and see
 draws from the engine's shared generator; a request's extra row draws from it too, so unseeded
 outputs may differ from a synchronous run (they depend on the batch anyway).
 
-Costs left on the host-GPU boundary, measured by the lead on the H200 (default off until then):
-the runner uploads a step's inputs from pageable numpy arrays, and such a copy waits for the
-stream, so step N + 1's upload still waits for step N to end: the GPU idles for the uploads and
-the graph launch (tens of microseconds) rather than for the whole host step. Random sampling
-(temperature > 0) builds small tensors on the host and syncs the same way in the sampler.
+What keeps the host from waiting for the GPU before step N + 1 is launched: the runner's inputs
+are pinned host arrays uploaded with non-blocking copies (runner/host_copy.py), and so is
+everything the device-side sampler builds on the host (row indices, temperatures and filters, the
+CPU-drawn noise of random sampling). The runner's next fill waits for the previous step's uploads
+to have run (`UploadFence`): in this loop those sit right behind step N - 1's tokens, which the host
+has already waited for, so that wait is short. The host still waits once per step, on purpose:
+for step N's tokens, after N + 1 is launched. Not overlapped, and still syncing as before: the
+synchronous steps (prefill, speculative decoding, logprobs, penalties), whose tokens come back
+through `.tolist()`.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from collections.abc import Sequence
 
 import torch
 
+from gossamer.runner.host_copy import to_device
 from gossamer.runner.sampler import Sampler, SamplingRow
 from gossamer.sampling_params import SamplingParams
 from gossamer.scheduler import SchedulerOutput
@@ -96,14 +101,6 @@ def sample_on_device(
         # NOTE: the sampler's own draw, so that seeded requests draw exactly as they do there
         tokens[index] = sampler._draw(raw[index], [rows[i] for i in random_rows])
     return tokens
-
-
-def to_device(values: list[int], device: torch.device) -> torch.Tensor:
-    """An int64 tensor on `device` without waiting for the stream (pinned, non-blocking)."""
-    host = torch.tensor(values, dtype=torch.long)
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 class InFlightStep:

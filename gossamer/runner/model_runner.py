@@ -3,7 +3,9 @@
 positions that need them.
 
 Inputs live in persistent buffers sized once at start-up, so a step is: fill host arrays, one copy to
-the device, run. The same buffers back the captured graphs.
+the device, run. The same buffers back the captured graphs. On the GPU the host arrays are pinned
+and copied without blocking, so filling and launching a step never waits for the one before it
+(engine/overlap.py); `UploadFence` keeps the next fill from rewriting them too early.
 
 Tree graphs (`tree_query_len`, tree speculation): graphs of `tree_query_len` tokens per sequence
 whose attention reads the tree mask from a device buffer. They replay any step whose sequences feed
@@ -27,6 +29,7 @@ import torch
 from gossamer.cache.block_pool import NULL_BLOCK_ID
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.ops.base import AttentionMetadata
+from gossamer.runner.host_copy import UploadFence, host_buffer, to_device
 
 DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 # Graphs of multi-token steps (speculative verification: 1 + k tokens per sequence) keep all
@@ -167,18 +170,26 @@ class ModelRunner:
 
     def _allocate_buffers(self) -> None:
         tokens, seqs, groups = self.max_tokens, self.max_num_seqs, self.num_groups
-        self.host = {
-            "input_ids": np.zeros(tokens, dtype=np.int64),
-            "positions": np.zeros(tokens, dtype=np.int64),
-            "slot_mapping": np.full((groups, tokens), -1, dtype=np.int64),
-            "block_tables": np.zeros((groups, seqs, self.max_blocks_per_seq), dtype=np.int32),
-            "query_start_loc": np.zeros(seqs + 1, dtype=np.int32),
-            "seq_lens": np.zeros(seqs, dtype=np.int32),
-            "tree_mask": np.zeros(tokens, dtype=np.int64),
+        tables = (groups, seqs, self.max_blocks_per_seq)
+        buffer = partial(host_buffer, device=self.device)
+        # `pinned`: the host tensors (pinned on the GPU); `host`: numpy views of the same memory,
+        # which `_fill` writes. `dev`: their device twins, whose addresses the graphs hold.
+        self.pinned = {
+            "input_ids": buffer((tokens,), torch.int64),
+            "positions": buffer((tokens,), torch.int64),
+            "slot_mapping": buffer((groups, tokens), torch.int64, fill=-1),
+            "block_tables": buffer(tables, torch.int32),
+            "query_start_loc": buffer((seqs + 1,), torch.int32),
+            "seq_lens": buffer((seqs,), torch.int32),
+            "tree_mask": buffer((tokens,), torch.int64),
         }
-        self.dev = {
-            name: torch.from_numpy(array).to(self.device) for name, array in self.host.items()
-        }
+        self.host = {name: tensor.numpy() for name, tensor in self.pinned.items()}
+        # NOTE: copy=True keeps them apart on the CPU too, so that CPU tests see what is uploaded
+        self.dev = {name: t.to(self.device, copy=True) for name, t in self.pinned.items()}
+        # the step's block tables packed [groups, seqs, width]: a strided host slice would be
+        # staged through pageable memory by the copy (which then waits for the stream)
+        self._packed_tables = buffer((groups * seqs * self.max_blocks_per_seq,), torch.int32)
+        self.upload_fence = UploadFence(self.device)
         self._width = 1  # block-table columns the current step uses
         # run(device_input_ids=...): ids that `_upload` copies over the first rows, device to device
         self._device_input_ids: torch.Tensor | None = None
@@ -187,6 +198,7 @@ class ModelRunner:
     def _fill(self, seqs: list[SeqInput]) -> tuple[int, list[int], int, int]:
         """Write the step into the host arrays, packed; returns (num_tokens, logits rows, max q,
         max kv). Sets self._width: the longest block table of the step (what must be uploaded)."""
+        self.upload_fence.wait()
         starts, seq_lens = self.host["query_start_loc"], self.host["seq_lens"]
         cursor, rows, max_query, max_seq = 0, [], 0, 0
         self._width = 1
@@ -224,27 +236,35 @@ class ModelRunner:
             self._width = max(self._width, len(table))
 
     def _upload(self, num_tokens: int, num_seqs: int, tree: bool = False) -> None:
-        """The step's host arrays to the device (`tree`: the tree masks too)."""
+        """The step's host arrays to the device (`tree`: the tree masks too), queued without
+        waiting for the stream on the GPU; then the fence that the next fill waits for."""
+        dev, pinned = self.dev, self.pinned
         names = ("input_ids", "positions", "tree_mask") if tree else ("input_ids", "positions")
         for name in names:
-            self.dev[name][:num_tokens].copy_(torch.from_numpy(self.host[name][:num_tokens]))
-        self.dev["slot_mapping"][:, :num_tokens].copy_(
-            torch.from_numpy(self.host["slot_mapping"][:, :num_tokens])
-        )
-        width = self._width
-        self.dev["block_tables"][:, :num_seqs, :width].copy_(
-            torch.from_numpy(self.host["block_tables"][:, :num_seqs, :width])
-        )
-        self.dev["query_start_loc"][: num_seqs + 1].copy_(
-            torch.from_numpy(self.host["query_start_loc"][: num_seqs + 1])
-        )
-        self.dev["seq_lens"][:num_seqs].copy_(torch.from_numpy(self.host["seq_lens"][:num_seqs]))
+            dev[name][:num_tokens].copy_(pinned[name][:num_tokens], non_blocking=True)
+        for g in range(self.num_groups):  # a contiguous row per group (see _packed_tables)
+            source = pinned["slot_mapping"][g, :num_tokens]
+            dev["slot_mapping"][g, :num_tokens].copy_(source, non_blocking=True)
+        self._upload_block_tables(num_seqs)
+        for name, length in (("query_start_loc", num_seqs + 1), ("seq_lens", num_seqs)):
+            dev[name][:length].copy_(pinned[name][:length], non_blocking=True)
+        self.upload_fence.record()
         ids, self._device_input_ids = self._device_input_ids, None  # used by one upload only
         rows, self._device_input_rows = self._device_input_rows, None
         if ids is not None and rows is not None:  # a tree graph's layout (`_replay_tree`)
             self.dev["input_ids"].index_copy_(0, rows[: ids.numel()], ids)
         elif ids is not None:
             self.dev["input_ids"][: ids.numel()].copy_(ids)
+
+    def _upload_block_tables(self, num_seqs: int) -> None:
+        """The first `num_seqs` block tables, `self._width` columns, through `_packed_tables`."""
+        shape = (self.num_groups, num_seqs, self._width)
+        count = self.num_groups * num_seqs * self._width
+        packed = self._packed_tables[:count].view(shape)
+        packed.numpy()[...] = self.host["block_tables"][:, :num_seqs, : self._width]
+        # NOTE: the device slice is strided: the copy lands in a device temporary first, then a
+        # device-to-device copy; neither waits for the stream.
+        self.dev["block_tables"][:, :num_seqs, : self._width].copy_(packed, non_blocking=True)
 
     def _metadata(
         self, num_tokens: int, num_seqs: int, max_query: int, max_seq: int, host_lens: bool
@@ -315,15 +335,14 @@ class ModelRunner:
         """After `_fill` (its results are the arguments): the step, eagerly -> (logits of `rows`,
         the extras of `_forward`)."""
         tree = self._fill_tree(seqs)
-        self._upload(num_tokens, len(seqs))
+        self._upload(num_tokens, len(seqs), tree)
         metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
         if tree:
             self._add_tree_mask(metadata, num_tokens)
         hidden, extras = self._forward(
             self.dev["input_ids"][:num_tokens], self.dev["positions"][:num_tokens], metadata
         )
-        index = torch.tensor(rows, device=self.device, dtype=torch.long)
-        return self.model.compute_logits(hidden[index]), extras
+        return self.model.compute_logits(hidden[to_device(rows, self.device)]), extras
 
     def _fill_tree(self, seqs: list[SeqInput]) -> bool:
         """Tree speculation, packed: the tree tokens' masks and depth positions into the host
@@ -348,10 +367,9 @@ class ModelRunner:
         self.host["positions"][cursor : cursor + n] = np.add(seq.start, depths)
 
     def _add_tree_mask(self, metadata: AttentionMetadata, num_tokens: int) -> None:
-        host = self.host["tree_mask"][:num_tokens]
+        """The tree masks (uploaded with the step's other inputs) into `metadata`."""
         metadata.tree_mask = self.dev["tree_mask"][:num_tokens]
-        metadata.tree_mask.copy_(torch.from_numpy(host))
-        metadata.tree_mask_host = tuple(host.tolist())
+        metadata.tree_mask_host = tuple(self.host["tree_mask"][:num_tokens].tolist())
 
     def _forward(
         self,
@@ -367,6 +385,7 @@ class ModelRunner:
     def _pad(self, num_seqs: int, graph_size: int, q: int) -> None:
         """Padding sequences of q tokens at positions 0..q-1: no KV write, the null block; their
         logits are ignored."""
+        self.upload_fence.wait()  # a no-op after `_fill`; graph capture starts a step here
         host = self.host
         first, end = num_seqs * q, graph_size * q
         host["input_ids"][first:end] = 0
@@ -393,6 +412,7 @@ class ModelRunner:
     def _fill_tree_graph(self, seqs: list[SeqInput], q: int) -> tuple[list[int], list[int]]:
         """Sequence i at graph tokens i*q .. (i+1)*q, padded at its end (module doc); returns the
         graph rows of the wanted logits and of the fed tokens, in sequence order."""
+        self.upload_fence.wait()
         host = self.host
         self._width = 1
         logit_rows, token_rows = [], []
@@ -434,12 +454,12 @@ class ModelRunner:
         size, q = key
         logit_rows, token_rows = self._fill_tree_graph(seqs, q)
         self._pad(len(seqs), size, q)
-        tokens = torch.tensor(token_rows, device=self.device)
+        tokens = to_device(token_rows, self.device)
         self._device_input_rows = tokens
         self._upload(size * q, size, tree=True)
         self.graphs[key].replay()
         self.last_extras = tuple(extra[tokens] for extra in self.graph_extras.get(key, ()))
-        return self.graph_logits[key][torch.tensor(logit_rows, device=self.device)]
+        return self.graph_logits[key][to_device(logit_rows, self.device)]
 
     def capture_graphs(
         self,

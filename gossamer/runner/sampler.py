@@ -7,6 +7,10 @@ Logprobs report the model's own distribution (raw logits), not the processed one
 Random draws use the "exponential race": argmax(p / E) with E ~ Exp(1) picks token i with probability
 p_i. Each seeded request draws E from its own generator, so its tokens do not depend on which other
 requests share the batch.
+
+Host-built tensors (row indices, per-row parameters, the CPU-drawn noise) reach the device through
+pinned non-blocking copies, so sampling on the device (engine/overlap.py) never waits for the
+stream; `Sampler.sample` still ends with the tokens' trip to the host.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gossamer.runner.host_copy import to_device
 from gossamer.sampling_params import SamplingParams
 
 
@@ -55,7 +60,7 @@ class Sampler:
         tokens = processed.argmax(dim=-1)
         random_rows = [i for i, row in enumerate(rows) if not row.params.greedy]
         if random_rows:
-            index = torch.tensor(random_rows, device=processed.device)
+            index = to_device(random_rows, processed.device)
             drawn = self._draw(processed[index], [rows[i] for i in random_rows])
             tokens[index] = drawn
         token_list = tokens.tolist()
@@ -63,10 +68,8 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
         probs = filtered_probs(logits, rows)
-        noise = torch.empty_like(probs)
-        for i, row in enumerate(rows):
-            generator = row.generator or self.shared_generator
-            noise[i] = exponential_noise(probs.shape[-1], generator).to(probs.device)
+        generators = [row.generator or self.shared_generator for row in rows]
+        noise = exponential_noise_rows(probs.shape[-1], generators, probs.device)
         return (probs / noise).argmax(dim=-1)
 
 
@@ -85,13 +88,25 @@ def adjust_logits(raw: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tenso
 
 def filtered_probs(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
     """Temperature softmax, then top-k / top-p / min-p: unnormalised probabilities [N, vocab]."""
-    temperature = torch.tensor([r.params.temperature for r in rows], device=logits.device)
+    temperatures = [r.params.temperature for r in rows]
+    temperature = to_device(temperatures, logits.device, torch.float32)
     return filter_probs(torch.softmax(logits / temperature[:, None], dim=-1), rows)
 
 
 def exponential_noise(size: int, generator: torch.Generator) -> torch.Tensor:
     """Exp(1) draws for the exponential race, from the request's own generator."""
     return torch.empty(size).exponential_(generator=generator)
+
+
+def exponential_noise_rows(
+    size: int, generators: Sequence[torch.Generator], device: torch.device
+) -> torch.Tensor:
+    """[len(generators), size] Exp(1) draws on `device`, row i from generators[i] (the draws of
+    `exponential_noise`), drawn on the host into pinned memory and copied without blocking."""
+    host = torch.empty(len(generators), size, pin_memory=device.type == "cuda")
+    for row, generator in zip(host, generators, strict=True):
+        row.exponential_(generator=generator)
+    return host.to(device, non_blocking=True)
 
 
 def _needs_adjusting(row: SamplingRow) -> bool:
@@ -137,11 +152,11 @@ def filter_probs(probs: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tens
     device = probs.device
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     rank = torch.arange(probs.shape[-1], device=device)[None, :]
-    drop = rank >= torch.tensor(top_k, device=device)[:, None]
+    drop = rank >= to_device(top_k, device)[:, None]
     # top-p: drop a token when the mass before it already reaches p (the top token always stays)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    drop |= mass_before >= torch.tensor(top_p, device=device)[:, None]
-    threshold = torch.tensor(min_p, device=device)[:, None] * sorted_probs[:, :1]
+    drop |= mass_before >= to_device(top_p, device, torch.float32)[:, None]
+    threshold = to_device(min_p, device, torch.float32)[:, None] * sorted_probs[:, :1]
     drop |= sorted_probs < threshold
     drop[:, 0] = False
     sorted_probs = sorted_probs.masked_fill(drop, 0.0)
