@@ -14,6 +14,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   l2_prefetch  the QKV GEMV sends the O projection's and router's weights to L2 (gemv.L2_PREFETCH on)
   no_prefetch  the same off
   router_norm_folded  the RMSNorm in the router GEMV's prologue only (gemv.FUSED_NORM_NARROW_MAX_M)
+  prefetch_down  gate_up sends its expert's down weights to L2 (moe_mxfp4.PREFETCH_DOWN 1)
+  prefetch_down_protected  the same as evict-last lines, the MoE's weight loads evict-first (2)
+  all_prefetch   l2_prefetch and prefetch_down
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -54,6 +57,9 @@ VARIANTS = {
     "no_prefetch": {"l2_prefetch": False},
     "router_norm_folded": {"fused_norm_narrow_max_m": gemv.GEMV_MAX_M},
     "prefetch_router_norm": {"l2_prefetch": True, "fused_norm_narrow_max_m": gemv.GEMV_MAX_M},
+    "prefetch_down": {"prefetch_down": moe_mxfp4.PREFETCH_DOWN_PLAIN},
+    "prefetch_down_protected": {"prefetch_down": moe_mxfp4.PREFETCH_DOWN_PROTECTED},
+    "all_prefetch": {"l2_prefetch": True, "prefetch_down": moe_mxfp4.PREFETCH_DOWN_PLAIN},
 }
 
 
@@ -64,6 +70,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     gemv.L2_PREFETCH = variant.get("l2_prefetch", defaults["l2_prefetch"])
+    moe_mxfp4.PREFETCH_DOWN = variant.get("prefetch_down", defaults["prefetch_down"])
     gemv.FUSED_NORM_NARROW_MAX_M = variant.get(
         "fused_norm_narrow_max_m", defaults["fused_norm_narrow_max_m"]
     )
@@ -95,7 +102,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
-                "l2_prefetch": gemv.L2_PREFETCH,
+                "l2_prefetch": gemv.L2_PREFETCH, "prefetch_down": moe_mxfp4.PREFETCH_DOWN,
                 "fused_norm_narrow_max_m": gemv.FUSED_NORM_NARROW_MAX_M}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     times = {v: [] for v in chosen}

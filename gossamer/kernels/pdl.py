@@ -76,12 +76,14 @@ _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 @triton.jit
-def prefetch_bulk(base, nbytes, part, parts, LANES: tl.constexpr):
+def prefetch_bulk(base, nbytes, part, parts, LANES: tl.constexpr, EVICT_LAST: tl.constexpr = False):
     """Ask for bytes [0, nbytes) at `base` to be brought into L2; this program sends its share,
     part `part` of `parts`, as BULK_CHUNK-byte requests (`cp.async.bulk.prefetch.L2`, sm_90), up to
     LANES at a time. Nothing waits for them and nothing is written, so a kernel may send the
     weights of a LATER kernel this way: they then stream from HBM while latency-bound kernels in
-    between leave it idle. `nbytes` must be a multiple of 16 (the instruction's unit)."""
+    between leave it idle. `nbytes` must be a multiple of 16 (the instruction's unit).
+    EVICT_LAST: the lines get L2's evict-last priority (so that a stream of other data read before
+    them does not push them out; their reader should load them as evict-first)."""
     start = base.to(tl.pointer_type(tl.int8))
     first, end = bulk_share(nbytes, part, parts)
     for step in range(first, end, LANES):
@@ -90,6 +92,14 @@ def prefetch_bulk(base, nbytes, part, parts, LANES: tl.constexpr):
             # the twin touches each request's first and last byte (the addresses are in bounds)
             tl.load(start + offset, mask=active)
             tl.load(start + offset + size - 1, mask=active)
+        elif EVICT_LAST:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .b64 policy; setp.ne.b32 p, $3, 0; "
+                "createpolicy.fractional.L2::evict_last.b64 policy, 1.0; "
+                "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $2, policy; } "
+                "mov.u32 $0, 0;",
+                "=r,l,r,r", [start + offset, size, active.to(tl.int32)],
+                dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
         else:
             tl.inline_asm_elementwise(
                 "{ .reg .pred p; setp.ne.b32 p, $3, 0; "
