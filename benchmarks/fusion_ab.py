@@ -77,9 +77,19 @@ def apply(model, variant: dict, defaults: dict) -> None:
 
 
 def time_variant(model, context: int, steps: int) -> float:
+    runner, seqs = make_runner(model, context, steps)
+    seconds = timed_decode(runner, seqs, steps)
+    del runner
+    torch.cuda.empty_cache()
+    return seconds
+
+
+def make_runner(model, context: int, tokens: int):
+    """A batch-1 runner with its graph (captured under the module switches as they are now) and a
+    sequence at `context` with room for `tokens` more."""
     runner = ModelRunner(
         model,
-        num_blocks=2 + 2 * math.ceil((context + steps + 16) / BLOCK),
+        num_blocks=2 + 2 * math.ceil((context + tokens + 16) / BLOCK),
         block_size=BLOCK,
         max_num_seqs=1,
         max_num_batched_tokens=max(1, 16),
@@ -88,16 +98,32 @@ def time_variant(model, context: int, steps: int) -> float:
         warmup=True,
     )
     runner.kv_cache.normal_(0, 0.5)
-    seqs = make_seqs(1, context, math.ceil((context + steps + 16) / BLOCK))
-    seconds = timed_decode(runner, seqs, steps)
-    del runner
-    torch.cuda.empty_cache()
-    return seconds
+    return runner, make_seqs(1, context, math.ceil((context + tokens + 16) / BLOCK))
+
+
+def interleaved_times(model, chosen: list[str], defaults: dict, args) -> dict[str, list[float]]:
+    """Every variant's runner built first, then timed in turn, `rounds` times: slow drift of the
+    machine (clocks, other tenants) then hits every variant alike. Variants that repack the
+    experts cannot share the weights this way."""
+    if any("layout" in VARIANTS[v] for v in chosen):
+        raise SystemExit("--interleave cannot run variants that repack the experts")
+    runners = {}
+    for variant in chosen:
+        apply(model, VARIANTS[variant], defaults)
+        runners[variant] = make_runner(model, args.context, args.rounds * (args.steps + 3))
+    apply(model, {}, defaults)
+    times = {v: [] for v in chosen}
+    for _ in range(args.rounds):
+        for variant, (runner, seqs) in runners.items():
+            times[variant].append(timed_decode(runner, seqs, args.steps))
+    print(" ".join(f"{v} {1e3 * statistics.median(t):.3f}" for v, t in times.items()), flush=True)
+    return times
 
 
 def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
+    grown = args.rounds * (args.steps + 3) if args.interleave else args.steps  # tokens decoded
     loaded = load_model(
-        name, load_format="dummy", device="cuda", max_model_len=args.context + args.steps + 32
+        name, load_format="dummy", device="cuda", max_model_len=args.context + grown + 32
     )
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
@@ -105,13 +131,10 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
                 "l2_prefetch": gemv.L2_PREFETCH, "prefetch_down": moe_mxfp4.PREFETCH_DOWN,
                 "fused_norm_narrow_max_m": gemv.FUSED_NORM_NARROW_MAX_M}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
-    times = {v: [] for v in chosen}
-    for _ in range(args.rounds):
-        for variant in chosen:
-            apply(model, VARIANTS[variant], defaults)
-            seconds = time_variant(model, args.context, args.steps)
-            times[variant].append(seconds)
-            print(f"{name} {variant:10s} {1e3 * seconds:7.3f} ms", flush=True)
+    if args.interleave:
+        times = interleaved_times(model, chosen, defaults, args)
+    else:
+        times = sequential_times(model, chosen, defaults, args)
     apply(model, {}, defaults)
     floor = step_bytes(cfg, 1, args.context + args.steps // 2) / bandwidth
     rows = []
@@ -125,6 +148,18 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     return rows
 
 
+def sequential_times(model, chosen: list[str], defaults: dict, args) -> dict[str, list[float]]:
+    """Each variant's runner built, timed and dropped in turn, `rounds` times."""
+    times = {v: [] for v in chosen}
+    for _ in range(args.rounds):
+        for variant in chosen:
+            apply(model, VARIANTS[variant], defaults)
+            seconds = time_variant(model, args.context, args.steps)
+            times[variant].append(seconds)
+            print(f"{variant:10s} {1e3 * seconds:7.3f} ms", flush=True)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default="gpt-oss-120b")
@@ -133,6 +168,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {list(VARIANTS)}")
+    parser.add_argument("--interleave", action="store_true",
+                        help="build every variant's runner first, then time them in turn")  # fmt: skip
     args = parser.parse_args()
     bandwidth = copy_bandwidth(gib=4)
     print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s", flush=True)
