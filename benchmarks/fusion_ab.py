@@ -11,12 +11,6 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   none         all three off
   router_split the router + routing launch without the norm in it (the norm kernel first)
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
-  l2_prefetch  the QKV GEMV sends the O projection's and router's weights to L2 (gemv.L2_PREFETCH on)
-  no_prefetch  the same off
-  router_norm_folded  the RMSNorm in the router GEMV's prologue only (gemv.FUSED_NORM_NARROW_MAX_M)
-  prefetch_down  gate_up sends its expert's down weights to L2 (moe_mxfp4.PREFETCH_DOWN 1)
-  prefetch_down_protected  the same as evict-last lines, the MoE's weight loads evict-first (2)
-  all_prefetch   l2_prefetch and prefetch_down
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -53,13 +47,6 @@ VARIANTS = {
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
     "router_split": {"router_norm": False},
     "no_router": {"fused_router": False},
-    "l2_prefetch": {"l2_prefetch": True},
-    "no_prefetch": {"l2_prefetch": False},
-    "router_norm_folded": {"fused_norm_narrow_max_m": gemv.GEMV_MAX_M},
-    "prefetch_router_norm": {"l2_prefetch": True, "fused_norm_narrow_max_m": gemv.GEMV_MAX_M},
-    "prefetch_down": {"prefetch_down": moe_mxfp4.PREFETCH_DOWN_PLAIN},
-    "prefetch_down_protected": {"prefetch_down": moe_mxfp4.PREFETCH_DOWN_PROTECTED},
-    "all_prefetch": {"l2_prefetch": True, "prefetch_down": moe_mxfp4.PREFETCH_DOWN_PLAIN},
 }
 
 
@@ -69,11 +56,6 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
-    gemv.L2_PREFETCH = variant.get("l2_prefetch", defaults["l2_prefetch"])
-    moe_mxfp4.PREFETCH_DOWN = variant.get("prefetch_down", defaults["prefetch_down"])
-    gemv.FUSED_NORM_NARROW_MAX_M = variant.get(
-        "fused_norm_narrow_max_m", defaults["fused_norm_narrow_max_m"]
-    )
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -127,9 +109,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     )
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
-                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
-                "l2_prefetch": gemv.L2_PREFETCH, "prefetch_down": moe_mxfp4.PREFETCH_DOWN,
-                "fused_norm_narrow_max_m": gemv.FUSED_NORM_NARROW_MAX_M}  # fmt: skip
+                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)

@@ -29,8 +29,7 @@ from gossamer.kernels import moe_mxfp4 as moe
 H = INTER = 2880  # gpt-oss-120b
 GATE_UP_ARGS = dict(x_ptr="*i32", x_unscale_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32",
                     scales_ptr="*u8", bias_ptr="*bf16", act_ptr="*fp16", part_ptr="*fp32",
-                    limit="fp32", alpha="fp32", scale_step="i32", down_words_ptr="*i32",
-                    down_scales_ptr="*u8")  # fmt: skip
+                    limit="fp32", alpha="fp32", scale_step="i32")  # fmt: skip
 DOWN_ARGS = dict(act_ptr="*i32", ids_ptr="*i32", route_w_ptr="*fp32", words_ptr="*i32",
                  scales_ptr="*u8", bias_ptr="*bf16", out_ptr="*bf16", scale_step="i32")  # fmt: skip
 OLD_GATE_UP_ARGS = dict(x_planes_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32", scales_ptr="*u8",

@@ -28,8 +28,8 @@ timed at start-up in ... s" shows it, gossamer/spec/calibrate.py) unless --auto-
 and charges the proposers' measured host time; each auto row prints the plain step and proposing
 times it ended with, and its measured guard's state per batch bucket (gossamer/spec/guard.py:
 tokens/s of speculating and plain steps, and whether it speculates). --methods ...,auto-fixed adds
-auto as it was before: the built-in table, host time free, no guard; ...,auto-noguard adds auto
-without the measured guard (the guard's own effect).
+auto as it was before: the built-in table, host time free; ...,auto-guard adds auto with the
+measured guard (opt-in, "measured_guard": true; the guard's own effect).
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
@@ -73,8 +73,8 @@ BLOCK = 16
 DEFAULT_TREE = "3,1,1,1"  # top 3 at the first depth, chains below: 12 nodes, depth 4
 TREE_SUFFIX = "-tree"
 AUTO_FIXED = "auto-fixed"
-AUTO_NOGUARD = "auto-noguard"
-COMPARISONS = (AUTO_FIXED, AUTO_NOGUARD)  # rows only when asked for
+AUTO_GUARD = "auto-guard"
+COMPARISONS = (AUTO_FIXED, AUTO_GUARD)  # rows only when asked for
 
 
 # ---- e2e ----------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         charge_proposer_time=False,
         measured_guard=False,
     )
-    methods[AUTO_NOGUARD] = replace(methods["auto"], measured_guard=False)
+    methods[AUTO_GUARD] = replace(methods["auto"], measured_guard=True)
     methods |= tree_configs(args, methods)
     default = [name for name in methods if name not in COMPARISONS]  # comparisons, when asked
     wanted = args.methods.split(",") if args.methods else default

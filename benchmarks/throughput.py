@@ -3,7 +3,7 @@
     python benchmarks/throughput.py                               # 120b and 20b, C = 16, 64, 256
     python benchmarks/throughput.py --models gpt-oss-120b --json throughput_120b.json
     python benchmarks/throughput.py --smoke                       # CPU-sized: built-in mini model
-    python benchmarks/throughput.py --models gpt-oss-120b --concurrency 1 --async-scheduling
+    python benchmarks/throughput.py --models gpt-oss-120b --concurrency 1 --no-async-scheduling
 
 The real engine (EngineCore with its default scheduler, CUDA graphs and prefix caching) on one
 GPU, dummy weights. Concurrency C is one batch of C requests all submitted at t = 0 (not a closed
@@ -20,7 +20,8 @@ decode_speed.step_bytes (weights the batch touches + KV at the mean context) ove
 bandwidth measured in this run. The engine times each step on the host: a step ends when the
 sampled tokens reach the host, so a step's wall time is its cost.
 
---async-scheduling runs the engine with overlapped decode steps (gossamer/engine/overlap.py): the
+By default (as `gossamer serve`) the engine runs overlapped decode steps (--no-async-scheduling:
+synchronous; gossamer/engine/overlap.py): the
 host applies step N's tokens while the GPU runs step N + 1, so a decode step's wall time is the
 cadence of steps, and `overlapped_steps` counts the steps launched that way. Compare a run with
 and without it at the same C.
@@ -355,8 +356,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument(
         "--async-scheduling",
-        action="store_true",
-        help="overlapped decode steps (the engine's async_scheduling; off by default)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="overlapped decode steps (the engine's async_scheduling, as `gossamer serve` runs "
+        "it by default); --no-async-scheduling: synchronous steps",
     )
     parser.add_argument("--smoke", action="store_true", help="mini model, tiny lengths (CPU)")
     parser.add_argument("--json", default=None)

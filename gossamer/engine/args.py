@@ -29,10 +29,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of unseeded sampling")
     parser.add_argument(
         "--async-scheduling",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="overlap plain decode steps: launch the next step before the host has this one's "
-        "tokens, hiding the engine's host time per step (gossamer/engine/overlap.py). Off by "
-        "default until it is measured on the GPU",
+        "tokens, hiding the engine's host time per step (gossamer/engine/overlap.py; on the H200, "
+        "gpt-oss-20b at one request: 1.66 ms per token against 2.23 synchronous). "
+        "--no-async-scheduling runs every step synchronously",
     )
     add_spec_arguments(parser)
 

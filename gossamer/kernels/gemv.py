@@ -63,18 +63,6 @@ NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT con
 # prologue (read the rows, reduce) delays its first weight bytes more than the launch it saves.
 # GOSSAMER_FUSED_NORM=1 turns it on (at GEMV_MAX_M rows).
 FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
-# The same for "narrow" weights only (the router): its GEMV is latency-bound with few programs, so
-# the prologue may cost less there than the norm's launch. Off until measured on the H200
-# (benchmarks/fusion_ab.py variant router_norm_folded); GOSSAMER_FUSED_NORM_NARROW=1 turns it on.
-FUSED_NORM_NARROW_MAX_M = (
-    GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM_NARROW", "0") == "1" else 0
-)
-# After its own weights, each program may send the weights of later kernels to L2
-# (`linear(..., prefetch=...)`, pdl.prefetch_bulk): the QKV projection sends the O projection's and
-# the router's, which then stream from HBM while attention (latency-bound, ~5 us per layer at
-# batch 1) leaves it idle. Off until measured on the H200; GOSSAMER_L2_PREFETCH=1 turns it on.
-L2_PREFETCH = os.environ.get("GOSSAMER_L2_PREFETCH", "0") == "1"
-MAX_PREFETCH_REGIONS = 2
 NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
 NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
 
@@ -180,27 +168,18 @@ def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return shape_class(*weight.shape) in TRITON_CLASSES
 
 
-def linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    prefetch: tuple[torch.Tensor, ...] = (),
-) -> torch.Tensor:
-    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton up to GEMV_MAX_M rows, else cuBLAS.
-    `prefetch`: weights of later kernels to send to L2 (a hint; the Triton path only)."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton up to GEMV_MAX_M rows, else cuBLAS."""
     if not serves(x, weight):
         return F.linear(x, weight, bias)
-    return gemv(x, weight, bias, prefetch=prefetch)
+    return gemv(x, weight, bias)
 
 
 def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor) -> bool:
     """Whether `norm_linear` serves this problem (else: the norm kernel, then `linear`)."""
     if residual is not None and (residual.dtype != hidden.dtype or residual.shape != hidden.shape):
         return False
-    limit = FUSED_NORM_MAX_M
-    if shape_class(*weight.shape) == "narrow":
-        limit = max(limit, FUSED_NORM_NARROW_MAX_M)
-    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= limit
+    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= FUSED_NORM_MAX_M
 
 
 def gemv(
@@ -208,13 +187,12 @@ def gemv(
     weight: torch.Tensor,  # [N, K]
     bias: torch.Tensor | None,  # [N]
     config: GemvConfig | None = None,  # override of CONFIGS (benchmarks)
-    prefetch: tuple[torch.Tensor, ...] = (),  # see `linear`
 ) -> torch.Tensor:
     """The Triton path of `linear`, output in x.dtype."""
     x2d, weight = _checked(x, weight)
     out = torch.empty((x2d.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
     if x2d.shape[0] > 0:
-        _launch(x2d, weight, bias, out, _plan(x2d, weight, config), prefetch=prefetch)
+        _launch(x2d, weight, bias, out, _plan(x2d, weight, config))
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
@@ -238,7 +216,6 @@ def norm_linear(
     bias: torch.Tensor | None,  # [N]
     want_normed: bool,
     config: GemvConfig | None = None,  # override of CONFIGS (benchmarks, tests)
-    prefetch: tuple[torch.Tensor, ...] = (),  # see `linear`
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(linear(normed), normed if want_normed, hidden + residual) with normed = rms_norm(hidden +
     residual) * norm_weight, in one launch; without a residual the new residual is `hidden`."""
@@ -256,7 +233,7 @@ def norm_linear(
     )
     out = torch.empty((rows, out_features), dtype=x2d.dtype, device=x2d.device)
     if rows > 0:
-        _launch(x2d, weight, bias, out, _plan(x2d, weight, config), prologue, prefetch)
+        _launch(x2d, weight, bias, out, _plan(x2d, weight, config), prologue)
     new_residual = hidden if residual is None else prologue.residual_out.view(hidden.shape)
     normed = prologue.normed_out.view(hidden.shape) if want_normed else None
     return out.view(*hidden.shape[:-1], out_features), normed, new_residual
@@ -282,9 +259,7 @@ def _plan(x2d: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None) ->
     return plan_gemv(x2d.shape[0], weight.shape[0], x2d.shape[1], num_sms, config)
 
 
-def _launch(
-    x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None = None, prefetch=()
-) -> None:
+def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None = None) -> None:
     config, (num_tokens, in_features), out_features = plan.config, x.shape, weight.shape[0]
     split = _split_mode(plan, x.device)
     partial = out  # unused without a split
@@ -296,7 +271,7 @@ def _launch(
     bias_arg = bias if has_bias else weight
     args = (x, weight, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
             x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split,
-            *_prologue_args(x, prologue), *_prefetch_args(prefetch, weight))  # fmt: skip
+            *_prologue_args(x, prologue))  # fmt: skip
     tile_rows = 1 if config.kernel == "fma" else plan.block_m
     constants = dict(
         HAS_BIAS=has_bias,
@@ -307,8 +282,6 @@ def _launch(
         BLOCK_K=config.block_k,
         num_warps=config.num_warps,
         **_prologue_constants(prologue, in_features, tile_rows, config.num_warps),
-        PREFETCH_REGIONS=len(_prefetch_regions(prefetch)),
-        PREFETCH_LANES=32 * config.num_warps,
         **pdl.launch_options(x.device),
     )
     grid = (plan.row_blocks, plan.split_k)
@@ -334,26 +307,6 @@ def _prologue_args(x: torch.Tensor, prologue: NormPrologue | None) -> tuple:
         return (x, x, x, x, 0.0)
     tensors = (prologue.residual, prologue.weight, prologue.residual_out, prologue.normed_out)
     return (*(x if tensor is None else tensor for tensor in tensors), prologue.eps)
-
-
-def _prefetch_regions(prefetch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """The contiguous tensors of `prefetch` the kernel sends to L2 (none with L2_PREFETCH off)."""
-    if not L2_PREFETCH:
-        return ()
-    regions = tuple(t for t in prefetch if t.is_contiguous() and t.numel() * t.element_size() >= 16)
-    return regions[:MAX_PREFETCH_REGIONS]
-
-
-def _prefetch_args(prefetch: tuple[torch.Tensor, ...], anchor: torch.Tensor) -> tuple:
-    """(pointer, bytes) of each prefetch region, `anchor` and 0 bytes for the missing ones; bytes
-    rounded down to the bulk prefetch's 16-byte unit."""
-    regions = _prefetch_regions(prefetch)
-    args: list = []
-    for i in range(MAX_PREFETCH_REGIONS):
-        region = regions[i] if i < len(regions) else None
-        nbytes = 0 if region is None else region.numel() * region.element_size() // 16 * 16
-        args += [anchor if region is None else region, nbytes]
-    return tuple(args)
 
 
 def _prologue_constants(
@@ -433,10 +386,6 @@ def _gemv_dot_kernel(
     res_out_ptr,  # [M, K] x + residual, written by row block 0 (NORM and HAS_RESIDUAL)
     normed_out_ptr,  # [M, K] normed x, written by row block 0 (NORM and STORE_NORMED)
     eps,  # (NORM)
-    pf0_ptr,  # weights of a later kernel, sent to L2 after this program's own (PREFETCH_REGIONS)
-    pf0_bytes,
-    pf1_ptr,
-    pf1_bytes,
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,  # NO_SPLIT, SPLIT_REDUCE or SPLIT_LAST
     NUM_SPLITS: tl.constexpr,  # grid axis 1
@@ -451,8 +400,6 @@ def _gemv_dot_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
     PREFETCH: tl.constexpr,  # W tiles sent to L2 before the PDL wait
-    PREFETCH_REGIONS: tl.constexpr,  # 0..2 later kernels' weights sent to L2 at the end
-    PREFETCH_LANES: tl.constexpr,  # threads of a program
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -494,8 +441,6 @@ def _gemv_dot_kernel(
             acc = tl.dot(w, x, acc, input_precision="ieee")
         else:
             acc = tl.dot(w, x, acc)
-    _prefetch_later(pf0_ptr, pf0_bytes, pf1_ptr, pf1_bytes, pid_n, pid_k, NUM_SPLITS,
-                    PREFETCH_REGIONS, PREFETCH_LANES)  # fmt: skip
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
             pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
 
@@ -520,10 +465,6 @@ def _gemv_fma_kernel(
     res_out_ptr,  # [1, K]
     normed_out_ptr,  # [1, K]
     eps,
-    pf0_ptr,  # (see _gemv_dot_kernel)
-    pf0_bytes,
-    pf1_ptr,
-    pf1_bytes,
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
@@ -536,8 +477,6 @@ def _gemv_fma_kernel(
     BLOCK_K: tl.constexpr,
     VEC: tl.constexpr,  # elements per 16-byte load
     PDL: tl.constexpr,
-    PREFETCH_REGIONS: tl.constexpr,
-    PREFETCH_LANES: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -568,23 +507,9 @@ def _gemv_fma_kernel(
         x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, offset + BLOCK_K, k_len, norm_args,
                         NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
         acc += w.to(tl.float32) * x
-    _prefetch_later(pf0_ptr, pf0_bytes, pf1_ptr, pf1_bytes, pid_n, pid_k, NUM_SPLITS,
-                    PREFETCH_REGIONS, PREFETCH_LANES)  # fmt: skip
     y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
     _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
             counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
-
-
-@triton.jit
-def _prefetch_later(pf0_ptr, pf0_bytes, pf1_ptr, pf1_bytes, pid_n, pid_k, NUM_SPLITS: tl.constexpr,
-                    PREFETCH_REGIONS: tl.constexpr, LANES: tl.constexpr):  # fmt: skip
-    """This program's share of the later kernels' weights, sent to L2 once its own are read (they
-    then compete with no weight of this launch that is still needed soon)."""
-    part, parts = pid_n * NUM_SPLITS + pid_k, tl.num_programs(0) * NUM_SPLITS
-    if PREFETCH_REGIONS > 0:
-        pdl.prefetch_bulk(pf0_ptr, pf0_bytes, part, parts, LANES)
-    if PREFETCH_REGIONS > 1:
-        pdl.prefetch_bulk(pf1_ptr, pf1_bytes, part, parts, LANES)
 
 
 @triton.jit

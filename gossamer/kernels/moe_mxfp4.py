@@ -91,15 +91,6 @@ DECODE_FP16 = True
 # against 33.4 for the second session's configs (gate_up 16 x 8 on 2 warps, down 4 x 16 on 4).
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
 DECODE_FP16_DOWN = {"BLOCK_ROWS": 1, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 1}
-# The gate_up GEMV is bound by its instructions (about 3.3 per weight, sm_90 SASS) and leaves
-# HBM bandwidth unused, so its programs may send the down weights of their expert to L2 (bulk
-# prefetch) for the down GEMV to read from there. 0: off; PREFETCH_DOWN_PLAIN: plain priority;
-# PREFETCH_DOWN_PROTECTED: as evict-last lines, with gate_up's own weights loaded evict-first so
-# that they do not push them out, and the down GEMV's loads evict-first (which demotes them again).
-# Off until measured on the H200 (benchmarks/fusion_ab.py); GOSSAMER_PREFETCH_DOWN=1 or 2.
-PREFETCH_DOWN_PLAIN, PREFETCH_DOWN_PROTECTED = 1, 2
-_DOWN_PROTECTED = tl.constexpr(PREFETCH_DOWN_PROTECTED)  # the kernels' name for it
-PREFETCH_DOWN = int(os.environ.get("GOSSAMER_PREFETCH_DOWN", "0"))
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
 GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
 # Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
@@ -1116,8 +1107,6 @@ def _fp16_gate_up_kernel(
     # 1, passed at run time and not specialized: scale loads that look non-contiguous get the
     # layout of the group sums they multiply, which saves a shared-memory round trip per step
     scale_step,
-    down_words_ptr,  # [E, H, I/32, 4] int32: the down weights, sent to L2 (PREFETCH_DOWN)
-    down_scales_ptr,  # [E, H, I/32] uint8
     H: tl.constexpr,
     INTER: tl.constexpr,
     TOP_K: tl.constexpr,
@@ -1128,8 +1117,6 @@ def _fp16_gate_up_kernel(
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
-    PREFETCH_DOWN: tl.constexpr = 0,  # see PREFETCH_DOWN (module level)
-    LANES: tl.constexpr = 128,  # threads of a program
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1140,10 +1127,6 @@ def _fp16_gate_up_kernel(
     token = pair // TOP_K
     pdl.wait(PDL)
     expert = tl.load(ids_ptr + pair).to(tl.int64)
-    if PREFETCH_DOWN != 0:
-        _send_down_to_l2(down_words_ptr, down_scales_ptr, expert, pid_n + pid_k * tl.num_programs(0),
-                         tl.num_programs(0) * SPLIT_K, H, INTER, PREFETCH_DOWN, LANES)  # fmt: skip
-    EVICT: tl.constexpr = "evict_first" if PREFETCH_DOWN == _DOWN_PROTECTED else ""
 
     j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
     j_ok = j < INTER
@@ -1172,15 +1155,15 @@ def _fp16_gate_up_kernel(
     if NUM_STAGES == 0:
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
         w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
-        next_gate = tl.load(gate_w_ptrs, mask=w_mask, eviction_policy=EVICT)
-        next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask, eviction_policy=EVICT)
+        next_gate = tl.load(gate_w_ptrs, mask=w_mask)
+        next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
         for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
             gate_words = tl.reshape(next_gate, tile)
             up_words = tl.reshape(next_up, tile)
             d = (g0 - g_lo + GROUPS_PER_STEP) * 4
             w_mask = j_ok[:, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, :]
-            next_gate = tl.load(gate_w_ptrs + d, mask=w_mask, eviction_policy=EVICT)
-            next_up = tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask, eviction_policy=EVICT)
+            next_gate = tl.load(gate_w_ptrs + d, mask=w_mask)
+            next_up = tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
                 j_ok, kw, step, scale_step, G, H // 8, LAYOUT,
@@ -1227,19 +1210,6 @@ def _gate_up_step(
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale
     acc_up += _group_dot(up_words, xp, x_mask, PLANE, LAYOUT) * up_scale
     return acc_gate, acc_up
-
-
-@triton.jit
-def _send_down_to_l2(down_words_ptr, down_scales_ptr, expert, part, parts, H: tl.constexpr,
-                     INTER: tl.constexpr, MODE: tl.constexpr, LANES: tl.constexpr):  # fmt: skip
-    """This program's share of its expert's down weights and scales, sent to L2 (PREFETCH_DOWN):
-    they stream from HBM while gate_up, which is bound by its instructions, leaves bandwidth."""
-    WORDS: tl.constexpr = H * (INTER // 32) * 4
-    SCALES: tl.constexpr = H * (INTER // 32)
-    protect: tl.constexpr = MODE == _DOWN_PROTECTED
-    pdl.prefetch_bulk(down_words_ptr + expert * WORDS, WORDS * 4, part, parts, LANES, protect)
-    pdl.prefetch_bulk(down_scales_ptr + expert * SCALES, SCALES // 16 * 16, part, parts, LANES,
-                      protect)  # fmt: skip
 
 
 @triton.jit
@@ -1303,7 +1273,6 @@ def _fp16_down_kernel(
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     PREFETCH_WORDS: tl.constexpr = 128,  # per (row, expert), sent to L2 before the PDL wait
     LAYOUT: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
-    EVICT_FIRST: tl.constexpr = False,  # the weights were sent to L2 as evict-last: demote them
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1349,10 +1318,9 @@ def _fp16_down_kernel(
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
     pdl.wait(PDL)  # the activations come from gate_up
-    EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
     if NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
-        next_words = tl.load(w_ptrs, mask=w_mask, eviction_policy=EVICT)
+        next_words = tl.load(w_ptrs, mask=w_mask)
         for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
             words = tl.reshape(next_words, tile)
             d = (g0 - g_lo + GROUPS_PER_STEP) * 4
@@ -1360,16 +1328,15 @@ def _fp16_down_kernel(
                 row_slot_ok[:, :, None]
                 & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, None, :]
             )
-            next_words = tl.load(w_ptrs + d, mask=w_mask, eviction_policy=EVICT)
+            next_words = tl.load(w_ptrs + d, mask=w_mask)
             acc = _down_step(acc, words, s_ptrs, x_ptrs, g0, g_lo, g_hi, row_slot_ok, slot_ok, kw,
-                             step, scale_step, INTER // 8, LAYOUT, EVICT)  # fmt: skip
+                             step, scale_step, INTER // 8, LAYOUT)  # fmt: skip
     else:  # tl.range pipelining, as in _fp16_gate_up_kernel
         for g0 in tl.range(g_lo, g_hi, GROUPS_PER_STEP, num_stages=NUM_STAGES):
             w_mask = row_slot_ok[:, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
-            words = tl.load(w_ptrs + (g0 - g_lo) * 4, mask=w_mask, eviction_policy=EVICT)
-            acc = _down_step(acc, tl.reshape(words, tile), s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                             row_slot_ok, slot_ok, kw, step, scale_step, INTER // 8, LAYOUT,
-                             EVICT)  # fmt: skip
+            words = tl.reshape(tl.load(w_ptrs + (g0 - g_lo) * 4, mask=w_mask), tile)
+            acc = _down_step(acc, words, s_ptrs, x_ptrs, g0, g_lo, g_hi, row_slot_ok, slot_ok, kw,
+                             step, scale_step, INTER // 8, LAYOUT)  # fmt: skip
 
     bias = tl.load(bias_ptr + expert[None, :] * H + row[:, None], mask=row_slot_ok, other=0.0)
     per_slot = tl.sum(acc, axis=2) * (2.0**-ACT_EXP)
@@ -1385,12 +1352,11 @@ def _fp16_down_kernel(
 @triton.jit
 def _down_step(
     acc, words, s_ptrs, x_ptrs, g0, g_lo, g_hi, row_slot_ok, slot_ok, kw, step, scale_step,
-    PLANE: tl.constexpr, LAYOUT: tl.constexpr, EVICT: tl.constexpr = "",
+    PLANE: tl.constexpr, LAYOUT: tl.constexpr,
 ):  # fmt: skip
     """One step of the down GEMV: scales, the activations and the packed-fp16 dot products."""
     s_mask = row_slot_ok[:, :, None] & (g0 + step < g_hi)[None, None, :]
-    scales = tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask, eviction_policy=EVICT)
-    scale = _e8m0_scale(scales)
+    scale = _e8m0_scale(tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask))
     x_mask = slot_ok[None, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
     return acc + _group_dot(words, x_ptrs + (g0 - g_lo) * 4, x_mask, PLANE, LAYOUT) * scale
 
@@ -1508,15 +1474,11 @@ def _fp16_gate_up(
         float(swiglu_limit),
         float(swiglu_alpha),
         1,
-        experts.down_blocks.view(torch.int32),
-        experts.down_scales,
         H=x_h.shape[1],
         INTER=inter,
         TOP_K=top_k,
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
-        PREFETCH_DOWN=PREFETCH_DOWN,
-        LANES=32 * config["num_warps"],
         **config,
         **pdl.launch_options(x_h.device),
     )
@@ -1571,7 +1533,6 @@ def _fp16_down(
         K_P2=triton.next_power_of_2(top_k),
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
-        EVICT_FIRST=PREFETCH_DOWN == PREFETCH_DOWN_PROTECTED,
         **config,
         **pdl.launch_options(out.device),
     )

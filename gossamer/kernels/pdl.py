@@ -69,65 +69,6 @@ def prefetch_l2(ptrs):
                               dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
 
 
-# Bytes per bulk L2 prefetch request (`prefetch_bulk`): one request per lane, issued by the TMA unit.
-BULK_CHUNK = tl.constexpr(4096)
-# Kernels that contain inline PTX run plain-Triton twins of it in the CPU interpreter.
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
-
-
-@triton.jit
-def prefetch_bulk(base, nbytes, part, parts, LANES: tl.constexpr, EVICT_LAST: tl.constexpr = False):
-    """Ask for bytes [0, nbytes) at `base` to be brought into L2; this program sends its share,
-    part `part` of `parts`, as BULK_CHUNK-byte requests (`cp.async.bulk.prefetch.L2`, sm_90), up to
-    LANES at a time. Nothing waits for them and nothing is written, so a kernel may send the
-    weights of a LATER kernel this way: they then stream from HBM while latency-bound kernels in
-    between leave it idle. `nbytes` must be a multiple of 16 (the instruction's unit).
-    EVICT_LAST: the lines get L2's evict-last priority (so that a stream of other data read before
-    them does not push them out; their reader should load them as evict-first)."""
-    start = base.to(tl.pointer_type(tl.int8))
-    first, end = bulk_share(nbytes, part, parts)
-    for step in range(first, end, LANES):
-        offset, size, active = bulk_requests(nbytes, step, end, LANES)
-        if _INTERPRETED:
-            # the twin touches each request's first and last byte (the addresses are in bounds)
-            tl.load(start + offset, mask=active)
-            tl.load(start + offset + size - 1, mask=active)
-        elif EVICT_LAST:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .b64 policy; setp.ne.b32 p, $3, 0; "
-                "createpolicy.fractional.L2::evict_last.b64 policy, 1.0; "
-                "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $2, policy; } "
-                "mov.u32 $0, 0;",
-                "=r,l,r,r", [start + offset, size, active.to(tl.int32)],
-                dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
-        else:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.b32 p, $3, 0; "
-                "@p cp.async.bulk.prefetch.L2.global [$1], $2; } mov.u32 $0, 0;",
-                "=r,l,r,r", [start + offset, size, active.to(tl.int32)],
-                dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
-
-
-@triton.jit
-def bulk_share(nbytes, part, parts):
-    """[first, end) chunk indices of `part`'s share: whole chunks, as even as cdiv makes them."""
-    chunks = tl.cdiv(nbytes, BULK_CHUNK)
-    per_part = tl.cdiv(chunks, parts)
-    first = part * per_part
-    return first, tl.minimum(first + per_part, chunks)
-
-
-@triton.jit
-def bulk_requests(nbytes, step, end, LANES: tl.constexpr):
-    """(byte offset, size, active) of chunks step .. step + LANES - 1; lanes at or past `end` are
-    inactive and carry the last chunk's (in-bounds) address."""
-    chunk = step + tl.arange(0, LANES)
-    active = chunk < end
-    chunk = tl.minimum(chunk, tl.cdiv(nbytes, BULK_CHUNK) - 1).to(tl.int64)
-    offset = chunk * BULK_CHUNK
-    return offset, tl.minimum(nbytes - offset, BULK_CHUNK).to(tl.int32), active
-
-
 @functools.cache
 def _capability(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]

@@ -187,11 +187,9 @@ class DecoderLayer(nn.Module):
         """(this layer's output, the residual stream it is to be added to); `residual` is None in
         the first layer, where `hidden` is the embedding."""
         attn, mlp = self.self_attn, self.mlp
-        # the O projection's and the router's weights stream in while attention runs (a hint)
         qkv, _, residual = self.ops.norm_linear(
             hidden, residual, self.input_layernorm.weight, self.eps,
             attn.qkv_proj.weight, attn.qkv_proj.bias, want_normed=False,
-            prefetch=(attn.o_proj.weight, mlp.router.weight),
         )  # fmt: skip
         x = attn(qkv, positions, cos_sin, metadata, kv_cache)
         return mlp(x, residual, self.post_attention_layernorm.weight, self.eps)

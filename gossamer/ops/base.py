@@ -87,15 +87,9 @@ class Ops(Protocol):
     """What a backend must implement. Shapes: T tokens, H hidden, Hq/Hkv heads, D head_dim."""
 
     def linear(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        prefetch: tuple[torch.Tensor, ...] = (),
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        """x [T, in] @ weight[out, in].T + bias -> [T, out]. `prefetch`: weights that later ops
-        of the step read, which a backend may start bringing into its caches once this op has
-        read its own (a hint: results do not depend on it)."""
+        """x [T, in] @ weight[out, in].T + bias -> [T, out]."""
         ...
 
     def rms_norm(
@@ -118,7 +112,6 @@ class Ops(Protocol):
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         want_normed: bool,
-        prefetch: tuple[torch.Tensor, ...] = (),
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """`rms_norm(hidden, norm_weight, eps, residual)` then `linear` of the normed [T, in]:
         returns (linear output [T, out], the normed [T, in] if want_normed else None, the new
@@ -239,12 +232,10 @@ def compose_norm_linear(
     weight: torch.Tensor,  # [out, in]
     bias: torch.Tensor | None,  # [out]
     want_normed: bool,
-    prefetch: tuple[torch.Tensor, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """`Ops.norm_linear` as its two parts on `ops`: the unfused path."""
     normed, new_residual = ops.rms_norm(hidden, norm_weight, eps, residual)
-    out = ops.linear(normed, weight, bias, prefetch=prefetch)
-    return out, normed if want_normed else None, new_residual
+    return ops.linear(normed, weight, bias), normed if want_normed else None, new_residual
 
 
 def compose_norm_moe(

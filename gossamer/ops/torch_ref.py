@@ -21,11 +21,7 @@ class TorchOps:
     name = "torch"
 
     def linear(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        prefetch: tuple[torch.Tensor, ...] = (),  # a cache hint: nothing to do here
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
         return F.linear(x, weight, bias)
 
@@ -50,7 +46,6 @@ class TorchOps:
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         want_normed: bool,
-        prefetch: tuple[torch.Tensor, ...] = (),
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         return compose_norm_linear(
             self, hidden, residual, norm_weight, eps, weight, bias, want_normed

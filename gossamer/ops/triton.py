@@ -33,13 +33,9 @@ class TritonOps:
         self._reference = TorchOps()
 
     def linear(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        prefetch: tuple[torch.Tensor, ...] = (),
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        return gemv.linear(x, weight, bias, prefetch)
+        return gemv.linear(x, weight, bias)
 
     def rms_norm(
         self,
@@ -59,15 +55,13 @@ class TritonOps:
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         want_normed: bool,
-        prefetch: tuple[torch.Tensor, ...] = (),
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         # the norm runs in the GEMV's prologue where the Triton GEMV serves the projection (decode
         # batches); else (prefill, cuBLAS shapes) its own kernel, then `linear`
         if gemv.fuses_norm(hidden, residual, weight):
-            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed,
-                                    prefetch=prefetch)  # fmt: skip
+            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed)
         return compose_norm_linear(
-            self, hidden, residual, norm_weight, eps, weight, bias, want_normed, prefetch
+            self, hidden, residual, norm_weight, eps, weight, bias, want_normed
         )
 
     def rope(

@@ -70,7 +70,9 @@ class SpecConfig:
     charge_proposer_time: bool = True
     # Check the choice against measured wall-clock throughput per batch-size bucket, and keep
     # speculation off where plain steps emit more tokens per second (gossamer/spec/guard.py).
-    # None: on with the cost model (cost_aware, "auto"). Every `explore_every` decode-only steps
+    # Off by default (None or False): on gpt-oss-mini on the H200 (BENCHMARKS.md, sixth session)
+    # it did not lift auto at batch 8 (0.62x either way) and cost batch 1 (0.87x against 1.17x
+    # without it) by judging from noisy first windows. Every `explore_every` decode-only steps
     # of a bucket, `explore_steps` steps run the other mode; it switches when that mode is
     # faster by more than `guard_margin` (0.05: 5%).
     measured_guard: bool | None = None
@@ -170,7 +172,7 @@ class SpecConfig:
     @property
     def guards_speculation(self) -> bool:
         """Whether measured throughput may turn speculation off per batch-size bucket."""
-        return self.chooses_k if self.measured_guard is None else self.measured_guard
+        return bool(self.measured_guard)
 
     @property
     def draft_len_ladder(self) -> tuple[int, ...]:

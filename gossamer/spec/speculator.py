@@ -28,7 +28,7 @@ When to speculate:
   a first proposal builds per-request indexes once) and the engine's step (from the end of one
   `after_step` to the start of the next, decode-only steps); `calibrate` times the runner's
   verification steps at start-up (gossamer/spec/calibrate.py).
-- the measured guard (`measured_guard`, on with the cost model; gossamer/spec/guard.py): per
+- the measured guard (`measured_guard`, opt-in; gossamer/spec/guard.py): per
   batch-size bucket, the wall time of whole engine steps (from one `after_step` to the next, so
   proposing and every per-step host cost is in it) and the tokens they emitted, for steps it let
   speculate and steps it kept plain; where plain steps emit more per second, the bucket does not

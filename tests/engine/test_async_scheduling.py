@@ -271,3 +271,18 @@ def test_requests_running_into_the_context_end_stop_at_the_same_token(model):
     assert len(overlapped[0][("edge", 0)]) == 256 - 243 and overlapped[1][("edge", 0)] == "length"
     assert engine.num_overlapped_steps > 0
     assert_all_blocks_free(engine)
+
+
+def test_the_command_line_overlaps_unless_told_not_to():
+    """`gossamer serve` and friends run overlapped steps by default (measured faster on the
+    H200); --no-async-scheduling gives synchronous ones."""
+    import argparse
+
+    from gossamer.engine.args import add_engine_arguments, engine_config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    assert engine_config_from_args(parser.parse_args([])).async_scheduling
+    assert not engine_config_from_args(
+        parser.parse_args(["--no-async-scheduling"])
+    ).async_scheduling

@@ -133,7 +133,7 @@ def test_linear_hands_large_batches_to_torch(gemv, monkeypatch):
         GemvConfig(fixup="atomic")
     monkeypatch.setattr(gemv, "GEMV_MAX_M", 8)  # switched on: small batches go to Triton
     calls = []
-    monkeypatch.setattr(gemv, "gemv", lambda *args, **_: calls.append(args) or F.linear(*args))
+    monkeypatch.setattr(gemv, "gemv", lambda *args: calls.append(args) or F.linear(*args))
     gemv.linear(x[:8], weight, bias)
     assert len(calls) == 1
     monkeypatch.setattr(gemv, "shape_class", lambda n, k: "huge")  # the unembedding: cuBLAS

@@ -172,22 +172,6 @@ def test_fp16_decode_path_matches_reference(moe, tokens, split, stages):
     assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
 
 
-@pytest.mark.parametrize("mode", [1, 2])  # PREFETCH_DOWN_PLAIN, PREFETCH_DOWN_PROTECTED
-@pytest.mark.parametrize("split", [(1, 1), (3, 2)])
-def test_fp16_decode_with_the_down_prefetch_gives_the_same_bits(moe, monkeypatch, mode, split):
-    """gate_up's bulk L2 prefetch of the down weights and the evict-first loads are hints: the
-    output bits do not move (on the CPU the prefetch's twin touches every request's first and last
-    byte, so its addresses are exercised too)."""
-    experts = _experts(8, 160, 96, seed=60)
-    x, logits = _inputs(3, 160, 8, seed=61)
-    config = _with_split(TINY_FP16, *split)
-    monkeypatch.setattr(moe, "PREFETCH_DOWN", 0)
-    plain = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
-    monkeypatch.setattr(moe, "PREFETCH_DOWN", mode)
-    sent = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
-    assert torch.equal(plain, sent)
-
-
 @pytest.mark.parametrize(
     "gate_up,down",
     [((2, 4, 1), (1, 4, 1)), ((4, 8, 4), (2, 8, 4))],
@@ -545,19 +529,6 @@ def test_gpu_120b_matches_reference(experts_120b, tokens):
     x, logits = _inputs_120b(tokens, seed=tokens)
     out = moe_mxfp4.moe_mxfp4(x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("mode", [1, 2])
-def test_gpu_120b_down_prefetch_changes_no_bit(experts_120b, monkeypatch, mode):
-    from gossamer.kernels import moe_mxfp4
-
-    x, logits = _inputs_120b(1, seed=3)
-    monkeypatch.setattr(moe_mxfp4, "PREFETCH_DOWN", 0)
-    plain = moe_mxfp4.moe_mxfp4(x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
-    monkeypatch.setattr(moe_mxfp4, "PREFETCH_DOWN", mode)
-    sent = moe_mxfp4.moe_mxfp4(x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
-    assert torch.equal(plain, sent)
 
 
 @pytest.mark.gpu

@@ -201,16 +201,3 @@ def test_programmatic_dependent_launch_changes_no_bit(models):
     without = _replayed_decode_logits(models["triton"], False, tokens)
     assert torch.equal(with_pdl, without)
     assert not torch.equal(with_pdl[0], with_pdl[1])  # the inputs did change between replays
-
-
-def test_l2_prefetch_changes_no_bit(models, monkeypatch):
-    """The QKV projection's bulk L2 prefetch of the O projection's and router's weights
-    (gemv.L2_PREFETCH) is a hint: graph replays give exactly the logits they give without it."""
-    from gossamer.kernels import gemv
-
-    tokens = _prompt(8, seed=6)
-    monkeypatch.setattr(gemv, "L2_PREFETCH", True)
-    sent = _replayed_decode_logits(models["triton"], True, tokens)
-    monkeypatch.setattr(gemv, "L2_PREFETCH", False)
-    plain = _replayed_decode_logits(models["triton"], True, tokens)
-    assert torch.equal(sent, plain)

@@ -108,11 +108,12 @@ def test_tokens_are_compared_per_request_across_the_batches_of_a_bucket():
 # ---- config -------------------------------------------------------------------------------------
 
 
-def test_on_by_default_with_the_cost_model_only():
-    assert parse_spec_config("auto").guards_speculation
-    assert parse_spec_config('{"method": "ngram", "cost_aware": true}').guards_speculation
+def test_off_unless_asked_for():
+    assert not parse_spec_config("auto").guards_speculation
+    assert not parse_spec_config('{"method": "ngram", "cost_aware": true}').guards_speculation
     assert not parse_spec_config("ngram").guards_speculation
     assert not parse_spec_config('{"method": "auto", "measured_guard": false}').guards_speculation
+    assert parse_spec_config('{"method": "auto", "measured_guard": true}').guards_speculation
     assert parse_spec_config('{"method": "suffix", "measured_guard": true}').guards_speculation
 
 
@@ -158,6 +159,7 @@ def guarded_run(target, target_path, verify_cost: float, **options):
         charge_proposer_time=False,
         explore_every=EVERY,
         explore_steps=WINDOW,
+        measured_guard=True,
         **options,
     )
     engine = make_engine(target, spec)
@@ -219,7 +221,9 @@ def test_greedy_outputs_are_unchanged_whatever_the_guard_decides(target, plain_t
     clock on which plain and speculating steps cost the same (the guard flaps as it likes)."""
     requests = {str(i): (p, PARAMS) for i, p in enumerate(repetitive_prompts(2, seed=21))}
     for fake in (False, True):
-        spec = SpecConfig(method="auto", explore_every=4, explore_steps=2, guard_margin=0.0)
+        spec = SpecConfig(
+            method="auto", measured_guard=True, explore_every=4, explore_steps=2, guard_margin=0.0
+        )
         engine = make_engine(target, spec)
         if fake:
             clock = FakeClock()
@@ -253,12 +257,12 @@ def spec_decode_benchmark():
 
 def test_the_benchmark_compares_auto_with_and_without_the_guard():
     bench = spec_decode_benchmark()
-    args = bench.parse_args(["e2e", "--model", "m", "--methods", "none,auto,auto-noguard"])
+    args = bench.parse_args(["e2e", "--model", "m", "--methods", "none,auto,auto-guard"])
     configs = bench.method_configs(args)
-    assert list(configs) == ["none", "auto", "auto-noguard"]
-    assert configs["auto"].guards_speculation and not configs["auto-noguard"].guards_speculation
-    assert "auto-noguard" not in bench.method_configs(bench.parse_args(["e2e", "--model", "m"]))
-    row = bench.E2eRow("auto", 8, 16, 1.0, 16.0, 1.0, 1.0, 0.0, 1.0, 1.0, {})
+    assert list(configs) == ["none", "auto", "auto-guard"]
+    assert configs["auto-guard"].guards_speculation and not configs["auto"].guards_speculation
+    assert "auto-guard" not in bench.method_configs(bench.parse_args(["e2e", "--model", "m"]))
+    row = bench.E2eRow("auto-guard", 8, 16, 1.0, 16.0, 1.0, 1.0, 0.0, 1.0, 1.0, {})
     row.guard = {"guard_b8_speculating": 0.0, "num_guard_off_steps": 3}
     assert "measured guard: guard_b8_speculating 0, num_guard_off_steps 3" in row.line()
 
@@ -277,7 +281,7 @@ def test_gpu_mini_guarded_auto_does_not_lose_at_batch_8():
     bench = spec_decode_benchmark()
     loaded = load_model(str(ROOT / "gossamer" / "models" / "gpt-oss-mini"), device="cuda")
     speeds, stats = {}, {}
-    for name, spec in (("none", None), ("auto", SpecConfig(method="auto"))):
+    for name, spec in (("none", None), ("auto", SpecConfig(method="auto", measured_guard=True))):
         config = EngineConfig(max_num_seqs=8, kv_cache_memory=4 << 30, speculative_config=spec)
         engine = EngineCore(loaded.model, None, config)
         bench.run_workload(engine, bench.workload(loaded, 8, seed=1008), 256)
