@@ -11,6 +11,7 @@ import random
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gossamer.cache import KVCacheLayout, KVCacheManager
 from gossamer.scheduler import CONTINUATION_TOKEN_ID, FinishReason, Scheduler, SchedulerOutput
 from tests.scheduler.fake_model import FakeRunner
 from tests.scheduler.test_scheduler import EOS, add, assert_pool_empty, check_step, expected, make
@@ -165,17 +166,21 @@ def test_random_overlapped_workloads_match_the_reference(
         for i in range(rng.randrange(2, 8))
     }
     budget = 16
-    # NOTE: at least 46 blocks: a request (<= 9 prompt + 13 output tokens) must fit the pool on its
-    # own in both cache groups at block size 1 (22 + 22 + the null block); a smaller pool ends a
-    # request that outgrew it with LENGTH (Scheduler._finish_outgrown), short of the reference.
+    params = {request_id: {"max_tokens": rng.randrange(1, 14)} for request_id in prompts}
+    # NOTE: the pool holds the longest request on its own (as in test_scheduler.py's random
+    # workloads): a request that outgrows the whole pool ends with LENGTH
+    # (Scheduler._finish_outgrown), short of the reference (seed 129, block size 1, window 64).
+    longest = max(len(p) + params[r]["max_tokens"] for r, p in prompts.items())
+    probe = KVCacheManager.from_layout(
+        KVCacheLayout.from_layer_windows([window, None]), 2, block_size=block_size
+    )
     scheduler, runner = make(
-        46 + spare_blocks,
+        max(40, probe.num_blocks_needed(longest, budget) + 1) + spare_blocks,
         window=window,
         block_size=block_size,
         budget=budget,
         max_model_len=max_model_len,
     )
-    params = {request_id: {"max_tokens": rng.randrange(1, 14)} for request_id in prompts}
     truth = {rid: expected(p, scheduler, window, **params[rid]) for rid, p in prompts.items()}
     pending, aborted = list(prompts), set()
 
