@@ -26,8 +26,9 @@ tree drafts (top-k children per depth, verified with a tree attention mask; such
 auto times its step-cost table when its engine starts (with CUDA graphs; the line "auto: step costs
 timed at start-up in ... s" shows it, gossamer/spec/calibrate.py) unless --auto-cost-table gives one,
 and charges the proposers' measured host time; each auto row prints the plain step and proposing
-times it ended with, and its measured guard's state per batch bucket (gossamer/spec/guard.py:
-tokens/s of speculating and plain steps, and whether it speculates). --methods ...,auto-fixed adds
+times it ended with, and a guarded row (auto-guard) its measured guard's state per batch bucket
+(gossamer/spec/guard.py: tokens/s of speculating and plain steps, and whether it speculates).
+--methods ...,auto-fixed adds
 auto as it was before: the built-in table, host time free; ...,auto-guard adds auto with the
 measured guard (opt-in, "measured_guard": true; the guard's own effect).
 
