@@ -2,11 +2,9 @@
 
 Two structures count every substring of length <= `max_depth` with how often it occurred:
 
-- one per request, over its own prompt + output (`_RequestIndex`): a suffix array over the
-  tokens known at the request's first proposal, built with numpy (~1 ms for a 4k-token prompt,
-  where a trie of the prompt took ~100 ms), and a trie of the substrings whose last token
-  arrived later, grown O(max_depth) per token. The two never count one occurrence twice, and a
-  query adds their counts;
+- one per request, over its own prompt + output: a growing suffix array of its tokens
+  (gossamer/spec/suffix_array.py), sorted by numpy at the request's first proposal (~0.1 ms for
+  a 1k-token prompt) and grown by one row per token after that;
 - one shared trie, over the outputs of the last `max_cached_requests` finished requests
   (agentic and templated workloads repeat whole passages across requests). Adding an output
   costs ~max_depth node operations per token, so outputs are added (and evicted) a bounded
@@ -19,6 +17,10 @@ continuations; the walk stops when the confidence drops below `min_token_prob`, 
 `max_spec_factor * match length` tokens (a short match earns a short draft), or
 `num_speculative_tokens`. Both structures propose and the one with the larger expected number
 of accepted tokens (the sum of the confidences) wins.
+
+Every engine step proposes for every decoding request, so the per-call work is kept small:
+both longest matches carry over from the last call (a request usually gained a token or a few
+that extend its match), and no structure is rebuilt per step.
 """
 
 from __future__ import annotations
@@ -26,105 +28,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-import numpy as np
-
 from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
 from gossamer.spec.suffix_array import SuffixArray
-from gossamer.spec.suffix_trie import Step, SuffixAppender, SuffixTrie
+from gossamer.spec.suffix_trie import ROOT, TOKEN_SPAN, Step, SuffixAppender, SuffixTrie
 
 # Tokens of finished outputs the shared trie takes in per `propose` call, at least; a backlog
 # larger than this many calls' worth is worked off faster (an eighth of it per call).
 SHARED_TOKENS_PER_CALL = 64
 SHARED_BACKLOG_CALLS = 8
-
-
-class _Cursor:
-    """A string x in a `_RequestIndex`: its occurrences inside the suffix array's tokens (the
-    rows [lo, hi), whose column `depth` holds what followed), and the trie node of those that
-    end later (None: none do)."""
-
-    __slots__ = ("index", "depth", "lo", "hi", "node")
-
-    def __init__(self, index: _RequestIndex, depth: int, lo: int, hi: int, node: int | None):
-        self.index, self.depth, self.lo, self.hi, self.node = index, depth, lo, hi, node
-
-    def best_child(self) -> tuple[int, int, int, _Cursor] | None:
-        """The most frequent continuation over both parts; ties: the earliest occurrence."""
-        array, trie = self.index.array, self.index.appender.trie
-        counts: dict[int, int] = {}
-        bounds: dict[int, tuple[int, int]] = {}
-        if self.lo < self.hi:
-            children = array.children(self.lo, self.hi, self.depth)
-            bounds = dict(zip(children.tokens, children.bounds, strict=True))
-            counts = dict(zip(children.tokens, children.counts, strict=True))
-        later = [] if self.node is None else list(trie.children(self.node))[::-1]  # oldest first
-        for token, child in later:
-            if trie.counts[child]:
-                counts[token] = counts.get(token, 0) + trie.counts[child]
-        if not counts:
-            return None
-        best = max(counts.values())
-        tied = [token for token, count in counts.items() if count == best]
-        token = tied[0] if len(tied) == 1 else min(tied, key=self._first_occurrence(bounds, later))
-        lo, hi = bounds.get(token, (0, 0))
-        node = trie.child(self.node, token) if self.node is not None else None
-        return token, best, sum(counts.values()), _Cursor(self.index, self.depth + 1, lo, hi, node)
-
-    def _first_occurrence(self, bounds, later):
-        """Sort key: where x + token first occurs. An occurrence inside the array comes before
-        any later one; the trie's children, oldest first, are in the order they first occurred."""
-        array = self.index.array
-        order = {token: array.size + i for i, (token, _) in enumerate(later)}
-        return lambda token: array.first_start(*bounds[token]) if token in bounds else order[token]
-
-
-class _RequestIndex:
-    """The substring counts of one request's tokens: a suffix array over the tokens known when
-    it was built, and a trie of the substrings whose last token came after them. It tracks the
-    request's current suffixes (lengths 1 .. depth - 1) in both: `ranges[m - 1]`, the array rows
-    of the suffix of length m (only non-empty ones: a longer suffix of a missing one is missing
-    too), and `appender.active[m - 1]`, its trie node."""
-
-    __slots__ = ("array", "appender", "ranges", "num_added")
-
-    def __init__(self, tokens: Sequence[int], depth: int) -> None:
-        self.array = SuffixArray(np.fromiter(tokens, np.int64, len(tokens)), depth)
-        self.appender = SuffixAppender(SuffixTrie(depth))
-        self.ranges: list[tuple[int, int]] = []
-        # NOTE: the trie starts with the (uncounted) nodes of the array's last tokens, so that
-        # substrings that start inside the array and end later grow from the right nodes.
-        for token in tokens[max(len(tokens) - (depth - 1), 0) :]:
-            self._append(token, count=0)
-        self.num_added = len(tokens)
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        """Take in the tokens the request gained since the last call."""
-        for token in tokens[self.num_added :]:
-            self._append(token, count=1)
-        self.num_added = len(tokens)
-
-    def _append(self, token: int, count: int) -> None:
-        self.appender.append(token, count)
-        array = self.array
-        lo, hi = array.narrow(0, array.size, 0, token)
-        ranges = [(lo, hi)] if lo < hi else []
-        for column, (lo, hi) in enumerate(self.ranges[: array.depth - 2] if ranges else (), 1):
-            lo, hi = array.narrow(lo, hi, column, token)
-            if lo == hi:
-                break
-            ranges.append((lo, hi))
-        self.ranges = ranges
-
-    def longest_match(self) -> _Cursor | None:
-        """The longest current suffix that occurred before with a continuation."""
-        active = self.appender.active
-        trie = self.appender.trie
-        for length in range(len(active), 0, -1):
-            lo, hi = self.ranges[length - 1] if length <= len(self.ranges) else (0, 0)
-            node = active[length - 1]
-            if self.array.has_children(lo, hi, length) or trie.has_counted_child(node):
-                return _Cursor(self, length, lo, hi, node)
-        return None
 
 
 class _RecentOutputs:
@@ -138,6 +49,7 @@ class _RecentOutputs:
         # (output, appender while adding or None while removing, tokens done)
         self._queue: deque[tuple[list[int], SuffixAppender | None, int]] = deque()
         self.backlog = 0  # tokens queued
+        self.version = 0  # bumped whenever the trie may change (node ids are reused)
 
     def push(self, output: list[int]) -> None:
         if not output or self.capacity == 0:
@@ -154,12 +66,13 @@ class _RecentOutputs:
     def catch_up(self) -> None:
         """Add or evict a bounded number of queued tokens, in queue order."""
         budget = max(SHARED_TOKENS_PER_CALL, self.backlog // SHARED_BACKLOG_CALLS)
+        if self._queue:
+            self.version += 1
         while self._queue and budget > 0:
             output, appender, done = self._queue.popleft()
             end = min(done + budget, len(output))
             if appender is not None:
-                for token in output[done:end]:
-                    appender.append(token)
+                appender.extend(output[done:end])
             else:
                 self.trie.remove(output, done, end)
             budget -= end - done
@@ -167,16 +80,62 @@ class _RecentOutputs:
             if end < len(output):
                 self._queue.appendleft((output, appender, end))
 
-    def longest_match(self, tokens: Sequence[int]) -> tuple[int, int] | None:
+    def longest_match(self, tokens: Sequence[int], cursor: _SharedCursor) -> tuple[int, int] | None:
         """(length, node) of the longest suffix of `tokens` with a continuation."""
         trie = self.trie
         if trie.is_empty():
             return None
-        for length in range(min(trie.max_depth - 1, len(tokens)), 0, -1):
-            node = trie.find(tokens[len(tokens) - length :])
-            if node is not None and trie.has_counted_child(node):
+        cursor.follow(self, tokens)
+        for length in range(len(cursor.active), 0, -1):
+            node = cursor.active[length - 1]
+            if trie.has_counted_child(node):
                 return length, node
         return None
+
+
+class _SharedCursor:
+    """One request's suffixes in the shared trie: `active[m - 1]` is the node of its suffix of
+    length m, for every m up to the longest one there (a trie holding a string holds its
+    suffixes). Kept between calls: a new token extends it in a few dict lookups, where
+    searching every suffix afresh cost up to max_depth lookups per suffix length."""
+
+    __slots__ = ("active", "size", "version")
+
+    def __init__(self) -> None:
+        self.active: list[int] = []
+        self.size = 0  # the tokens it has followed
+        self.version = -1  # the shared trie's version it holds nodes of
+
+    def follow(self, shared: _RecentOutputs, tokens: Sequence[int]) -> None:
+        """Bring `active` to the end of `tokens` (the request's tokens, grown since)."""
+        depth = shared.trie.max_depth
+        recent = max(len(tokens) - (depth - 1), 0)  # the suffixes kept start there or later
+        if self.version != shared.version or self.size < recent:
+            self.active, self.size = [], recent
+        edges, active = shared.trie.edges, self.active
+        for token in tokens[self.size :]:
+            node = edges.get(ROOT * TOKEN_SPAN + token)
+            if node is None:  # nor any longer suffix ending with it
+                active = []
+                continue
+            extended = [node]
+            for parent in active[: depth - 2]:
+                node = edges.get(parent * TOKEN_SPAN + token)
+                if node is None:
+                    break
+                extended.append(node)
+            active = extended
+        self.active, self.size, self.version = active, len(tokens), shared.version
+
+
+class _RequestState:
+    """What the proposer keeps per request: its suffix array and its cursor in the shared trie."""
+
+    __slots__ = ("array", "shared")
+
+    def __init__(self, tokens: Sequence[int], depth: int) -> None:
+        self.array = SuffixArray(tokens, depth)
+        self.shared = _SharedCursor()
 
 
 class SuffixProposer(BaseProposer):
@@ -195,7 +154,7 @@ class SuffixProposer(BaseProposer):
         self.max_spec_factor = max_spec_factor
         self.min_token_prob = min_token_prob
         self.shared = _RecentOutputs(max_depth, max_cached_requests)
-        self._requests: dict[str, _RequestIndex] = {}
+        self._requests: dict[str, _RequestState] = {}
 
     def propose(self, requests: Sequence[SpecRequest]) -> list[Draft | None]:
         self.shared.catch_up()
@@ -204,28 +163,35 @@ class SuffixProposer(BaseProposer):
     def _propose_one(self, request: SpecRequest) -> Draft | None:
         limit = min(self.num_speculative_tokens, request.max_draft_tokens)
         best: tuple[float, list[int]] = (0.0, [])
-        own = self._request_index(request).longest_match()
+        state = self._request_state(request)
+        own = state.array.longest_match()
         if own is not None:
-            best = self._walk(_Cursor.best_child, own, own.depth, limit)
-        shared = self.shared.longest_match(request.token_ids)
+            best = self._walk(self._own_child(state.array), own, own.length, limit)
+        shared = self.shared.longest_match(request.token_ids, state.shared)
         if shared is not None:
             length, node = shared
-            candidate = self._walk(self.shared.trie.best_child, node, length, limit)
+            best_child = self.shared.trie.best_child
+            candidate = self._walk(lambda node, _: best_child(node), node, length, limit)
             best = max(best, candidate, key=_score)
         return Draft(best[1]) if best[1] else None
 
-    def _request_index(self, request: SpecRequest) -> _RequestIndex:
-        index = self._requests.get(request.request_id)
-        if index is None:
-            index = self._requests[request.request_id] = _RequestIndex(
+    def _own_child(self, array: SuffixArray):
+        min_prob = self.min_token_prob
+        return lambda context, confidence: array.best_child(context, confidence, min_prob)
+
+    def _request_state(self, request: SpecRequest) -> _RequestState:
+        state = self._requests.get(request.request_id)
+        if state is None:
+            state = self._requests[request.request_id] = _RequestState(
                 request.token_ids, self.max_depth
             )
-        index.extend(request.token_ids)
-        return index
+        state.array.extend(request.token_ids)
+        return state
 
     def _walk(self, best_child, node, match_length: int, limit: int) -> tuple[float, list[int]]:
-        """Greedy most-frequent path below `node` (`best_child(node)` steps down one, None at
-        a leaf): (expected accepted tokens, tokens)."""
+        """Greedy most-frequent path below `node` (`best_child(node, confidence)` steps down
+        one, None at a leaf or where no child is frequent enough to keep the confidence):
+        (expected accepted tokens, tokens)."""
         max_tokens = min(
             limit,
             max(1, int(self.max_spec_factor * match_length)),
@@ -233,7 +199,7 @@ class SuffixProposer(BaseProposer):
         )
         confidence, score, out = 1.0, 0.0, []
         step: Step | None
-        while len(out) < max_tokens and (step := best_child(node)) is not None:
+        while len(out) < max_tokens and (step := best_child(node, confidence)) is not None:
             token, count, total, node = step
             confidence *= count / total
             if confidence < self.min_token_prob:

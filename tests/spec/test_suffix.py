@@ -1,18 +1,21 @@
-"""The suffix proposer against a brute-force reference: its suffix array and trie count every
-substring exactly once, however the request's tokens split between the two; the shared trie
-takes finished outputs in over several calls."""
+"""The suffix proposer against a brute-force reference: its growing suffix array counts every
+substring exactly once (rows and fringe), before and after tokens arrive; the shared trie takes
+finished outputs in over several calls; batches of requests that finish and start, with their
+cursors kept between calls, propose exactly what an exhaustive search proposes."""
 
 from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 
+from benchmarks.suffix_cost import text_tokens
+from gossamer.spec import suffix_array
+from gossamer.spec.proposer import SpecRequest
 from gossamer.spec.suffix import SHARED_TOKENS_PER_CALL, SuffixProposer
 from gossamer.spec.suffix_array import SuffixArray
 from gossamer.spec.suffix_trie import ROOT, SuffixTrie
-from tests.spec.test_proposers import propose, spec
+from tests.spec.test_proposers import ROW, propose, spec
 
 
 def reference_children(tokens: list[int], context: list[int]) -> dict[int, tuple[int, int]]:
@@ -82,26 +85,64 @@ def test_a_long_prompt_with_a_large_vocabulary_matches_brute_force():
         tokens += rng.choice(phrases)[: rng.randint(1, 4)]
 
 
-def test_suffix_array_ranges_count_every_substring():
-    rng = random.Random(3)
-    tokens = [rng.randrange(4) for _ in range(200)]
-    array = SuffixArray(np.array(tokens), depth=5)
-    for _ in range(200):
-        start = rng.randrange(len(tokens))
-        context = tokens[start : start + rng.randint(1, 4)]
-        lo, hi = 0, array.size
-        for column, token in enumerate(context):
-            lo, hi = array.narrow(lo, hi, column, token)
-        occurrences = sum(
-            tokens[s : s + len(context)] == context for s in range(len(tokens) - len(context) + 1)
-        )
-        assert hi - lo == occurrences
-        children = array.children(lo, hi, len(context))
-        expected = reference_children(tokens, context)
-        assert dict(zip(children.tokens, children.counts, strict=True)) == {
-            token: count for token, (count, _) in expected.items()
-        }
-        assert array.has_children(lo, hi, len(context)) == bool(expected)
+@pytest.mark.parametrize("seed", range(4))
+def test_suffix_array_counts_every_substring_as_it_grows(seed):
+    """Rows (suffixes of `depth` tokens and more) and the fringe (the last depth - 1 suffixes)
+    together hold every occurrence once, before and after tokens arrive one at a time; the best
+    child is the brute-force one, or None when its confidence would fall below min_prob."""
+    rng = random.Random(seed)
+    depth = rng.choice([2, 3, 5, 8])
+    vocab = rng.choice([2, 4, 1 << 20])
+    tokens = [rng.randrange(vocab) for _ in range(rng.randint(0, 40))]
+    array = SuffixArray(tokens, depth)
+    for _ in range(60):
+        for _ in range(10):
+            start = rng.randrange(len(tokens) + 1)
+            context = tokens[start : start + rng.randint(1, depth - 1)] or [0]
+            located = array.locate(encode(context))
+            occurrences = sum(
+                tokens[s : s + len(context)] == context
+                for s in range(len(tokens) - len(context) + 1)
+            )
+            assert located.hi - located.lo + len(located.fringe) == occurrences
+            expected = reference_children(tokens, context)
+            confidence, min_prob = rng.choice([(1.0, 0.0), (1.0, 0.3), (0.5, 0.2)])
+            child = array.best_child(located, confidence, min_prob)
+            if not expected:
+                assert child is None
+                continue
+            total = sum(count for count, _ in expected.values())
+            best = min(expected, key=lambda t: (-expected[t][0], expected[t][1]))
+            if confidence * (expected[best][0] / total) < min_prob:
+                assert child is None
+            else:
+                assert child[:3] == (best, expected[best][0], total)
+                deeper = child[3]
+                assert deeper.hi - deeper.lo + len(deeper.fringe) == expected[best][0]
+        tokens.append(rng.randrange(vocab))
+        array.extend(tokens)
+
+
+@pytest.mark.parametrize("sort_bytes_below", [0, 1 << 30], ids=["doubling", "bytes"])
+@pytest.mark.parametrize("seed", range(6))
+def test_suffix_array_rows_are_sorted_either_way(seed, sort_bytes_below, monkeypatch):
+    """Both sorts (integer prefix doubling for long prompts, bytes for short ones) give the rows
+    in bytes order, each row the `depth` tokens from its start."""
+    monkeypatch.setattr(suffix_array, "SORT_BYTES_BELOW", sort_bytes_below)
+    rng = random.Random(seed)
+    depth = rng.choice([1, 2, 5, 16])
+    vocab = rng.choice([1, 3, 300, (1 << 32) - 2])
+    phrases = [[rng.randrange(vocab) for _ in range(rng.randint(1, 9))] for _ in range(5)]
+    tokens = random_text(rng, phrases, rng.randint(0, 300))
+    array = SuffixArray(tokens, depth)
+    assert array.keys == sorted(array.keys)
+    assert len(array.keys) == max(len(tokens) - depth + 1, 0)
+    for key, start in zip(array.keys, array.starts, strict=True):
+        assert key == encode(tokens[start : start + depth])
+
+
+def encode(tokens: list[int]) -> bytes:
+    return b"".join(token.to_bytes(4, "big") for token in tokens)
 
 
 def test_finished_outputs_are_taken_in_over_several_calls():
@@ -183,3 +224,156 @@ def test_trie_add_and_remove_match_counted_substrings_and_reuse_freed_nodes():
     size = len(trie.counts)
     trie.add([rng.randrange(5) for _ in range(12)])
     assert len(trie.counts) == size  # every node from the ids freed before
+
+
+# ---- the whole proposer (own index + shared outputs) against a brute-force reference ----------
+
+
+class ReferenceShared:
+    """The shared trie's substring counts as a dict, with each substring's creation time: among
+    equally frequent continuations the trie prefers the one whose node is oldest (a node freed
+    when its count drops to zero is new when it comes back)."""
+
+    def __init__(self, depth: int, capacity: int) -> None:
+        self.depth, self.capacity = depth, capacity
+        self.counts: dict[tuple[int, ...], int] = {}
+        self.created: dict[tuple[int, ...], int] = {}
+        self.cached: list[list[int]] = []
+        self.clock = 0
+
+    def release(self, output: list[int]) -> None:
+        if not output or self.capacity == 0:
+            return
+        self.cached.append(output)
+        for end in range(1, len(output) + 1):
+            self.clock += 1
+            for start in range(max(0, end - self.depth), end):
+                key = tuple(output[start:end])
+                if key not in self.counts:
+                    self.counts[key], self.created[key] = 0, self.clock
+                self.counts[key] += 1
+        if len(self.cached) > self.capacity:
+            oldest = self.cached.pop(0)
+            for start in range(len(oldest)):
+                for end in range(start + 1, min(start + self.depth, len(oldest)) + 1):
+                    key = tuple(oldest[start:end])
+                    self.counts[key] -= 1
+                    if not self.counts[key]:
+                        del self.counts[key], self.created[key]
+
+    def children(self, context: list[int]) -> dict[int, tuple[int, int]]:
+        """token -> (count, creation time) of context + token."""
+        width = len(context) + 1
+        return {
+            key[-1]: (count, self.created[key])
+            for key, count in self.counts.items()
+            if len(key) == width and list(key[:-1]) == context
+        }
+
+
+def reference_walk(children_of, context, depth, limit, spec_factor, min_prob):
+    """The proposer's greedy walk below `context` (children_of(x): token -> (count, tie key)):
+    (sum of confidences, tokens)."""
+    length = len(context)
+    max_tokens = min(limit, max(1, int(spec_factor * length)), depth - length)
+    confidence, score, out = 1.0, 0.0, []
+    while len(out) < max_tokens:
+        children = children_of(context + out)
+        if not children:
+            break
+        total = sum(count for count, _ in children.values())
+        token = min(children, key=lambda t: (children[t][0] * -1, children[t][1]))
+        confidence *= children[token][0] / total
+        if confidence < min_prob:
+            break
+        out.append(token)
+        score += confidence
+    return score, out
+
+
+def reference_longest_context(tokens, depth, children_of) -> list[int] | None:
+    for length in range(min(depth - 1, len(tokens)), 0, -1):
+        if children_of(tokens[len(tokens) - length :]):
+            return tokens[len(tokens) - length :]
+    return None
+
+
+def reference_proposal(tokens, shared_children, depth, limit, spec_factor, min_prob):
+    """Own and shared walks; the larger sum of confidences wins, the own one on ties."""
+    best = (0.0, [])
+    own_children = lambda context: reference_children(tokens, context)  # noqa: E731
+    for children_of in (own_children, shared_children):
+        context = reference_longest_context(tokens, depth, children_of)
+        if context is not None:
+            walk = reference_walk(children_of, context, depth, limit, spec_factor, min_prob)
+            best = max(best, walk, key=lambda candidate: candidate[0])
+    return best[1] or None
+
+
+def trie_children(trie: SuffixTrie):
+    """The shared trie read without any cached state: the reference for partly taken-in outputs.
+    Tie key: position in the child list, oldest first."""
+
+    def children_of(context):
+        node = trie.find(context)
+        if node is None:
+            return {}
+        listed = list(trie.children(node))[::-1]
+        return {token: (trie.counts[child], i) for i, (token, child) in enumerate(listed)}
+
+    return children_of
+
+
+def random_text(rng: random.Random, phrases, length: int) -> list[int]:
+    return text_tokens(length, rng, phrases, copy_prob=0.2, copy_lengths=(2, 12))
+
+
+@pytest.mark.parametrize("drained", [True, False], ids=["drained", "partly-taken-in"])
+@pytest.mark.parametrize("seed", range(8))
+def test_batched_proposals_with_finished_outputs_match_brute_force(seed, drained):
+    """Several requests decode together, finish (their outputs go to the shared trie) and new
+    ones start, drawing on one set of phrases. `drained`: the shared trie takes in every output
+    before the next proposal (the reference is a dict of substring counts); otherwise it takes
+    them in over several calls, and the reference reads the trie as it is, without the cursors
+    the proposer keeps between calls."""
+    rng = random.Random(seed)
+    depth = rng.choice([2, 3, 5, 8, 16])
+    limit = rng.randint(1, 6)
+    spec_factor = rng.choice([0.5, 1.0, 2.0])
+    min_prob = rng.choice([0.0, 0.1, 0.3])
+    capacity = rng.choice([1, 2, 4])
+    vocab = rng.choice([4, 12, 50])
+    phrases = [[rng.randrange(vocab) for _ in range(rng.randint(1, 6))] for _ in range(8)]
+    proposer = SuffixProposer(limit, depth, capacity, spec_factor, min_prob)
+    shared = ReferenceShared(depth, capacity)
+    running: dict[str, tuple[list[int], int]] = {}
+    for step in range(60):
+        while len(running) < 3:
+            prompt = random_text(rng, phrases, rng.randint(1, 40))
+            running[f"r{step}-{len(running)}"] = (prompt, len(prompt))
+        while drained and proposer.shared.backlog:
+            proposer.propose([])
+        ids = list(running)
+        max_drafts = {request_id: rng.randint(1, 8) for request_id in ids}
+        drafts = proposer.propose(
+            [SpecRequest(i, running[i][0], running[i][1], max_drafts[i], ROW) for i in ids]
+        )
+        shared_children = shared.children if drained else trie_children(proposer.shared.trie)
+        for request_id, draft in zip(ids, drafts, strict=True):
+            tokens = running[request_id][0]
+            expected = reference_proposal(
+                tokens,
+                shared_children,
+                depth,
+                min(limit, max_drafts[request_id]),
+                spec_factor,
+                min_prob,
+            )
+            assert (None if draft is None else draft.token_ids) == expected, (step, request_id)
+        for request_id in ids:
+            tokens, num_prompt = running[request_id]
+            tokens += random_text(rng, phrases, rng.randint(1, 5))
+            if rng.random() < 0.1:
+                del running[request_id]
+                proposer.release(request_id, tokens, num_prompt)
+                shared.release(tokens[num_prompt:])
