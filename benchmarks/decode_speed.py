@@ -4,7 +4,9 @@
     python benchmarks/decode_speed.py --models gpt-oss-20b --batch-sizes 1 --contexts 1024
 
 For each model: time to first token of a 1k prompt (a real prefill), batch-1 decode tok/s at each
-context, and decode-step throughput at larger batches (their contexts are filled with random KV
+context, and decode-step throughput at larger batches, each timed twice: `decode` with a host round
+trip per step (tokens to the host and back) and `fed` with tokens fed on the device as the
+overlapped engine feeds them (their contexts are filled with random KV
 rather than prefilled, which costs the same to read). Each row carries its floor: the bytes one step
 must read (weights actually touched + KV) over the device-to-device copy bandwidth measured in the
 same run. Results go to stdout as a table and to --json.
@@ -34,7 +36,7 @@ MAX_KV_TOKENS = 64 * 8192  # skip batch x context combinations whose KV would no
 @dataclass
 class Row:
     model: str
-    kind: str  # decode | ttft
+    kind: str  # decode (a host round trip per step) | fed (tokens fed on the device) | ttft
     batch: int
     context: int
     ms_per_step: float
@@ -92,6 +94,23 @@ def timed_decode(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float
     return (time.perf_counter() - start) / steps
 
 
+def timed_decode_fed(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float:
+    """Seconds per decode step when each step's input token is the previous step's greedy pick,
+    fed on the device (`ModelRunner.run(device_input_ids=...)`), and the host waits only at the
+    end: how the overlapped engine runs plain decode steps (engine/overlap.py), so the GPU never
+    idles for the host's round trip. The host still fills positions and slots every step."""
+    ids = None
+    for step in range(3 + steps):
+        if step == 3:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        ids = runner.run(seqs, device_input_ids=ids).argmax(-1)
+        for seq in seqs:
+            seq.start += 1
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
 def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[Row]:
     max_context = max(args.contexts) + args.steps + 16
     loaded = load_model(
@@ -120,22 +139,16 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[R
     first_token = time_to_first_token(name, runner, args.prompt_len, blocks_per_seq, cfg, bandwidth)
     rows.append(first_token)
     for batch, context in combos:
-        seqs = make_seqs(batch, context, math.ceil((context + args.steps + 16) / BLOCK))
-        seconds = timed_decode(runner, seqs, args.steps)
         nbytes = step_bytes(cfg, batch, context + args.steps // 2)
-        rows.append(
-            Row(
-                name,
-                "decode",
-                batch,
-                context,
-                1e3 * seconds,
-                batch / seconds,
-                1e3 * nbytes / bandwidth,
-                nbytes,
+        timers = {"decode": timed_decode, "fed": timed_decode_fed}
+        for kind, timer in timers.items():
+            seqs = make_seqs(batch, context, math.ceil((context + args.steps + 16) / BLOCK))
+            seconds = timer(runner, seqs, args.steps)
+            floor_ms = 1e3 * nbytes / bandwidth
+            rows.append(
+                Row(name, kind, batch, context, 1e3 * seconds, batch / seconds, floor_ms, nbytes)
             )
-        )
-        print(rows[-1].line(), flush=True)
+            print(rows[-1].line(), flush=True)
     del runner, model, loaded
     torch.cuda.empty_cache()
     return rows
