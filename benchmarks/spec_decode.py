@@ -31,6 +31,10 @@ times it ended with, and a guarded row (auto-guard) its measured guard's state p
 --methods ...,auto-fixed adds
 auto as it was before: the built-in table, host time free; ...,auto-guard adds auto with the
 measured guard (opt-in, "measured_guard": true; the guard's own effect).
+Every method, "none" included, runs with overlapped scheduling as `gossamer serve` does by default
+(--no-async-scheduling: synchronous steps), so that speedups are against the default serving
+engine; with a speculator, plain decode steps overlap while it is idle at the batch (the column
+overlap counts the timed run's overlapped steps; Speculator.idle_for).
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
@@ -101,13 +105,14 @@ class E2eRow:
     measured_cost_table: str | None = None
     # the measured guard at the row's end (guard_b{bucket}_*), and the steps it kept plain
     guard: dict[str, float] = field(default_factory=dict)
+    overlapped_steps: int = 0  # launched before the previous step's tokens reached the host
 
     def line(self) -> str:
         return (
             f"{self.method:12s} {self.batch:5d} {self.generated_tokens:7d} {self.seconds:8.2f} "
             f"{self.tokens_per_s:9.1f} {self.speedup:7.2f}x {self.mean_accepted_length:6.2f} "
             f"{self.acceptance_rate:6.2f} {100 * self.graph_fraction:6.1f} "
-            f"{self.slowest_step_ms:8.1f}"
+            f"{self.slowest_step_ms:8.1f} {self.overlapped_steps:7d}"
         ) + self._cost_line()
 
     def _cost_line(self) -> str:
@@ -269,6 +274,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
             kv_cache_memory=int(args.kv_cache_gib * (1 << 30)),
             speculative_config=spec,
             cuda_graphs=not args.no_cuda_graphs,
+            async_scheduling=args.async_scheduling,
         )
         engine = EngineCore(loaded.model, None, config)
         measured = _measured_cost_table(engine)
@@ -282,6 +288,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
             run_workload(engine, workload(loaded, batch, seed=1000 + batch), args.max_tokens)
             before = dict(engine.stats.spec_stats)
             steps_before = dict(engine.stats.runner_steps)
+            overlapped_before = engine.num_overlapped_steps
             generated, seconds, slowest = run_workload(
                 engine, workload(loaded, batch, seed=batch), args.max_tokens
             )
@@ -307,6 +314,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
                 _cost_times(engine.stats.spec_stats),
                 measured,
                 _guard_state(engine.stats.spec_stats, stats),
+                engine.num_overlapped_steps - overlapped_before,
             )
             rows.append(row)
             print(row.line(), flush=True)
@@ -533,8 +541,10 @@ def _free() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.mode == "e2e":
+        print(f"async scheduling: {'on' if args.async_scheduling else 'off'}")
         print(
             f"{'method':12s} batch  tokens  seconds     tok/s speedup  accLen accRate graph% maxStep"
+            " overlap"
         )
         rows = [asdict(row) for row in bench_e2e(args)]
     elif args.mode == "verify-cost":
@@ -555,6 +565,8 @@ def main(argv: list[str] | None = None) -> None:
             "args": vars(args),
             "rows": rows,
         }
+        if args.mode == "e2e":
+            result["async_scheduling"] = args.async_scheduling
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
 
 
@@ -579,6 +591,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     e2e.add_argument("--num-speculative-tokens", type=int, default=4)
     e2e.add_argument("--max-tokens", type=int, default=256)
     e2e.add_argument("--kv-cache-gib", type=float, default=8.0)
+    e2e.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="overlapped scheduling for every method, none included (default on, as `gossamer "
+        "serve`): plain decode steps launch before the previous step's tokens reach the host",
+    )
     e2e.add_argument(
         "--auto-cost-table",
         default=None,

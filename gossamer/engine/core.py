@@ -3,7 +3,9 @@
 It is single-threaded; `LLM` drives it in a loop and `AsyncEngine` from a background thread.
 Everything it needs (model runner, tokenizer) is passed in, so tests can give it a null model.
 With `async_scheduling`, plain decode steps overlap: the next step is launched before the host
-applies the current one's tokens (gossamer/engine/overlap.py).
+applies the current one's tokens (gossamer/engine/overlap.py). With a speculator they do so while
+it is idle at the running batch (Speculator.may_run_ahead): then the engine runs as one without
+a speculator, and it speculates again once a synchronous step finds the batch no longer idle.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class EngineConfig:
     warmup: bool = True  # compile the Triton kernels of every step shape at start-up
     seed: int = 0
     speculative_config: SpecConfig | None = None  # see gossamer/spec/config.py
-    # launch the next plain decode step before applying this one's tokens (engine/overlap.py)
+    # launch the next plain decode step before applying this one's tokens (engine/overlap.py);
+    # with speculative decoding, while speculation is idle at the batch
     async_scheduling: bool = False
 
 
@@ -245,14 +248,21 @@ class EngineCore:
         return scheduled
 
     def _apply(
-        self, scheduled: SchedulerOutput, sampled: dict[str, list[int]], logprobs: dict[str, list]
+        self,
+        scheduled: SchedulerOutput,
+        sampled: dict[str, list[int]],
+        logprobs: dict[str, list],
+        next_in_flight: bool = False,
     ) -> list[RequestOutput]:
-        """Everything after the sampled tokens reach the host: update, detokenize, outputs."""
+        """Everything after the sampled tokens reach the host: update, detokenize, outputs.
+        `next_in_flight`: the following step is already running (overlapped)."""
         updates = self.scheduler.update(scheduled, sampled)
         outputs = [self._process(update, logprobs.get(update.request_id)) for update in updates]
         self._fork_pending_children()
         if self.speculator is not None:
-            self.speculator.after_step(self.scheduler, scheduled, sampled, self._spec_row)
+            self.speculator.after_step(
+                self.scheduler, scheduled, sampled, self._spec_row, next_in_flight
+            )
         self._refresh_stats(scheduled, updates)
         return [output for output in outputs if output is not None]
 
@@ -267,15 +277,18 @@ class EngineCore:
             if not self._may_overlap(scheduled):
                 return self._apply(scheduled, *self._run_and_sample(scheduled))
             in_flight = self._launch(scheduled)
-        following = self.scheduler.schedule_continuation(in_flight.scheduled)
+        following = None
+        if self._speculation_idle():  # else the host proposes for the next step first
+            following = self.scheduler.schedule_continuation(in_flight.scheduled)
         if following is not None:
             self._in_flight = self._launch(following, in_flight.tokens_for(following))
             self.num_overlapped_steps += 1
-        return self._apply(in_flight.scheduled, in_flight.sampled_token_ids(), {})
+        sampled = in_flight.sampled_token_ids()
+        return self._apply(in_flight.scheduled, sampled, {}, self._in_flight is not None)
 
     def _may_overlap(self, scheduled: SchedulerOutput) -> bool:
         """Whether the step after `scheduled` may be launched before its tokens reach the host."""
-        if self.speculator is not None or not is_plain_decode(scheduled):
+        if not is_plain_decode(scheduled) or not self._speculation_idle():
             return False
         for item in scheduled.scheduled_requests:
             choice = self.choices[item.request_id]
@@ -283,6 +296,14 @@ class EngineCore:
             if choice.pending_children or needs_host_tokens(choice.params, num_output):
                 return False
         return True
+
+    def _speculation_idle(self) -> bool:
+        """No speculator, or one that drafts nothing at the running batch and needs nothing of
+        a step before the next one runs: the next step may be launched ahead."""
+        if self.speculator is None:
+            return True
+        budget = self.scheduler.max_num_batched_tokens
+        return self.speculator.may_run_ahead(self.scheduler.num_running, budget)
 
     def _launch(
         self, scheduled: SchedulerOutput, device_input_ids: torch.Tensor | None = None

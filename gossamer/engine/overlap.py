@@ -28,6 +28,11 @@ How (EngineCore._step_overlapped drives it):
    applies N + 1's tokens and returns; the call after that schedules ordinarily. So prefills,
    arrivals, preemption, speculative decoding, logprobs and penalties all run the synchronous
    step, and the overlap resumes at the next plain decode step.
+5. With a speculator, plain decode steps overlap only while it is idle at the running batch
+   (Speculator.may_run_ahead: no request would get a draft there); the engine checks before each
+   continuation. Applying a step while the next is in flight proposes nothing (those drafts would
+   miss the in-flight token); once the speculator is no longer idle, the in-flight step is applied
+   without launching another, and that synchronous apply proposes for the next step.
 
 A request found finished when step N's tokens are applied (EOS, a stop token or string,
 max_tokens, an abort between two `step()` calls) has computed one token too many in step N + 1:

@@ -75,6 +75,9 @@ DEFAULT_COST_TABLE: tuple[tuple[int, tuple[tuple[int, float], ...]], ...] = (
 # speculation and learn the real rate; large batches then decide on that evidence.
 PRIOR_ACCEPTANCE = 0.7
 PRIOR_WEIGHT = 2.0
+# The acceptance per position that `DraftLengthChooser.can_pay` assumes before any draft was
+# verified: above the prior, so that no batch is written off before speculation was tried there.
+GENEROUS_ACCEPTANCE = 0.8
 # The method-wide statistics fade over about this many acceptance windows of steps, so that a
 # method judged useless is tried again now and then (per request they fade over one window).
 METHOD_MEMORY_WINDOWS = 16
@@ -373,6 +376,33 @@ class DraftLengthChooser:
         """Accepted drafts the request can expect from `method` with every position drafted:
         what "auto" ranks the methods of a request by."""
         return sum(gains(self.rates(request_id, method, step), self.num_positions))
+
+    def best_rates(self, step: int) -> list[float]:
+        """Per position, the best conditional acceptance of any method over all its requests
+        (GENEROUS_ACCEPTANCE at every position before any draft was verified)."""
+        observed = [stats for stats in self._methods.values() if any(stats.tried)]
+        if not observed:
+            return [GENEROUS_ACCEPTANCE] * self.num_positions
+        per_method = [stats.chained_rates(step) for stats in observed]
+        return [max(rates) for rates in zip(*per_method, strict=True)]
+
+    def can_pay(
+        self,
+        num_decodes: int,
+        padded: bool,
+        token_budget: int | None,
+        step: int,
+        host_seconds: float = 0.0,  # proposing, per request
+    ) -> bool:
+        """Whether some k > 0 could pay in a step of `num_decodes` decodes if every one of them
+        were accepted at `best_rates` and proposed for in `host_seconds`. False: `choose` would
+        give no drafts at this batch to requests whose own rates are at most those and whose
+        method proposes in at least `host_seconds` (Speculator.idle_for)."""
+        request_gains = [gains(self.best_rates(step), self.num_positions)] * num_decodes
+        plain = self.plain_step_seconds(num_decodes)
+        host = [host_seconds / plain] * num_decodes if host_seconds and plain else None
+        lens = choose_draft_lens(request_gains, self.cost, self.ladder, padded, token_budget, host)
+        return any(lens)
 
     def _method_stats(self, method: str) -> AcceptanceStats:
         if method not in self._methods:

@@ -24,7 +24,10 @@ Keys (cumulative since start):
 - num_padding_tokens: filler tokens fed to make steps uniform (computed, never accepted);
 - num_cost_off_steps: steps the cost-aware choice of k decided not to speculate at all;
 - num_guard_off_steps: steps the measured guard kept plain (gossamer/spec/guard.py; its state
-  per batch bucket is in the speculator's stats as guard_b{bucket}_*).
+  per batch bucket is in the speculator's stats as guard_b{bucket}_*);
+- num_idle_overlapped_steps: steps that ran overlapped (launched before the previous step's tokens
+  reached the host, EngineConfig.async_scheduling) because speculation was idle at their batch
+  (Speculator.idle_for); each is also counted under its reason above (disabled, guard or cost off).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class SpecMetrics:
         self.num_padding_tokens = 0
         self.num_cost_off_steps = 0
         self.num_guard_off_steps = 0
+        self.num_idle_overlapped_steps = 0
         self.num_draft_positions = 0
         self.num_tree_drafts = 0
         self.num_tree_verify_steps = 0
@@ -85,6 +89,7 @@ class SpecMetrics:
             "num_padding_tokens": self.num_padding_tokens,
             "num_cost_off_steps": self.num_cost_off_steps,
             "num_guard_off_steps": self.num_guard_off_steps,
+            "num_idle_overlapped_steps": self.num_idle_overlapped_steps,
             "num_draft_positions": self.num_draft_positions,
             "num_tree_drafts": self.num_tree_drafts,
             "num_tree_verify_steps": self.num_tree_verify_steps,

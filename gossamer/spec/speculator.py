@@ -9,6 +9,16 @@ EngineCore calls it twice per step:
    `Scheduler.set_draft_tokens`. The scheduler counts drafts in the token budget, drops them when
    the budget or the KV cache is short, and rolls back the KV of rejected ones.
 
+Idle batches: `idle_for(batch)` says when no request of a batch would get a draft (the batch limit,
+the measured guard, or a cost model that finds no k paying even at the best acceptance seen).
+Then the engine runs as without a speculator, but for the speculator's bookkeeping of each step:
+with overlapped scheduling its plain decode steps overlap (`may_run_ahead`), and
+`after_step(..., next_in_flight=True)` proposes nothing, since the next step already runs
+(drafts made now would miss the token of the step in flight). Proposers still observe every step.
+The first synchronous step after the overlap ends (an arrival, a finish, the batch no longer
+idle) proposes as usual; proposers build their per-request indexes at a request's first proposal,
+so requests that only ran while idle never pay for one.
+
 When to speculate:
 - only for requests at the end of their known tokens (decodes), at most `num_speculative_tokens`
   drafts and never past max_tokens;
@@ -69,6 +79,13 @@ from gossamer.spec.proposer import Draft, Proposer, SpecRequest
 from gossamer.spec.tree import ancestor_masks, move_accepted_kv, node_depths, tree_depth
 from gossamer.spec.verify import verify
 
+# Steps an idle verdict of the cost model stands for (Speculator.idle_for) before it is judged again.
+IDLE_REFRESH_STEPS = 16
+# Why a batch is idle (Speculator._idle_reason).
+BATCH_TOO_LARGE = "batch too large"
+GUARD_OFF = "guard off"
+COST_OFF = "cost off"
+
 
 @dataclass
 class _RequestState:
@@ -109,6 +126,9 @@ class Speculator:
         # whether proposing for it built some request's index (a one-off: no sample either)
         self._step_mode: bool | None = None
         self._first_proposal = False
+        # batch size -> (step, whether some k could pay there): the cost model's idle verdict
+        self._pays_at: dict[int, tuple[int, bool]] = {}
+        self._ran_ahead = False  # the last after_step had the next step in flight
         self.guard = None
         if config.guards_speculation:
             self.guard = MeasuredGuard(
@@ -239,8 +259,13 @@ class Speculator:
         scheduled: SchedulerOutput,
         sampled: dict[str, list[int]],
         row_for: Callable[[str], SamplingRow | None],
+        next_in_flight: bool = False,
     ) -> None:
+        """`next_in_flight`: the engine launched the next step before this one's tokens reached
+        the host (overlapped scheduling, while `may_run_ahead`). That step runs plain; drafts
+        proposed now would not include this step's token, so none are."""
         now = self.clock()
+        self._end_overlap(next_in_flight)
         self._record_step_time(scheduled, now)
         self._record_cycle(scheduled, sampled, now)
         self._cycle_start, self._first_proposal = now, False
@@ -259,8 +284,18 @@ class Speculator:
             if paths:
                 proposer.accepted_paths(paths)
             proposer.observe(scheduled, live)
-        self._propose(scheduler, row_for)
+        if next_in_flight:
+            self._count_overlapped_step(scheduler)
+        else:
+            self._propose(scheduler, row_for)
         self._step_done = self.clock()
+
+    def _end_overlap(self, next_in_flight: bool) -> None:
+        """The step that ends an overlap was launched before the previous after_step: the time
+        since then is only its tail, so neither the step time nor the guard take a sample."""
+        if self._ran_ahead and not next_in_flight:
+            self._step_done = self._cycle_start = None
+        self._ran_ahead = next_in_flight
 
     def _record_step_time(self, scheduled: SchedulerOutput, now: float) -> None:
         """The engine's step since the last after_step: the plain step time the cost model
@@ -336,6 +371,74 @@ class Speculator:
                 self.chooser.forget(request_id)
             for proposer in self.proposers.values():
                 proposer.release(request_id, request.all_token_ids, request.num_prompt_tokens)
+
+    # ---- idle batches --------------------------------------------------------------------------
+
+    def idle_for(self, num_decodes: int, token_budget: int | None = None) -> bool:
+        """Whether no request would get a draft in a step of `num_decodes` decodes: the batch
+        reached disable_by_batch_size, the measured guard keeps its bucket plain, or the cost
+        model finds that no k could pay there even if every request were accepted at the best
+        method's rates over all requests (`can_pay`, with the cheapest proposer's host time;
+        `token_budget`: the scheduler's). A request whose own record beats that loses its drafts
+        while the batch stays idle. Cheap enough for every step: the cost verdict is kept per
+        batch size for IDLE_REFRESH_STEPS steps, while the rates and host times it reads fade
+        back toward trying again."""
+        return self._idle_reason(num_decodes, token_budget) is not None
+
+    def may_run_ahead(self, num_decodes: int, token_budget: int | None = None) -> bool:
+        """Whether the engine may launch the next step of `num_decodes` decodes before this
+        one's tokens reach the host (overlapped scheduling): idle at that batch, and no proposer
+        reads the target's outputs of each step (EAGLE-3 observes the hidden states of the step
+        just run, which the next one would overwrite)."""
+        return self.target_runner_class is None and self.idle_for(num_decodes, token_budget)
+
+    def _idle_reason(self, num_decodes: int, token_budget: int | None) -> str | None:
+        limit = self.config.disable_by_batch_size
+        if limit is not None and num_decodes >= limit:
+            return BATCH_TOO_LARGE
+        if self.guard is not None and num_decodes and not self.guard.allows(num_decodes):
+            return GUARD_OFF
+        if self.chooser is not None and not self._cost_pays(num_decodes, token_budget):
+            return COST_OFF
+        return None
+
+    def _cost_pays(self, num_decodes: int, token_budget: int | None) -> bool:
+        """The cost model's verdict for the batch size, judged again every IDLE_REFRESH_STEPS
+        steps: what it reads drifts slowly, and a verdict judged every step could flap."""
+        cached = self._pays_at.get(num_decodes)
+        if cached is not None and self._step - cached[0] < IDLE_REFRESH_STEPS:
+            return cached[1]
+        # a decode-only step is padded where the proposing step would pad it (_can_pad)
+        padded = self.config.pad_drafts and num_decodes <= MAX_MULTI_TOKEN_GRAPH_SEQS
+        host = self._cheapest_proposing()
+        pays = self.chooser.can_pay(num_decodes, padded, token_budget, self._step, host)
+        self._pays_at[num_decodes] = (self._step, pays)
+        return pays
+
+    def _cheapest_proposing(self) -> float:
+        """Seconds per request of the fastest proposer (0 when host time is not charged)."""
+        if not self.config.charge_proposer_time:
+            return 0.0
+        times = self.chooser.proposer_time
+        return min(times.per_request(method, self._step) for method in self.proposers)
+
+    def _count_overlapped_step(self, scheduler: Scheduler) -> None:
+        """The step in flight was launched plain while idle: count it, also under the reason
+        the batch is idle (as a proposing step would be). Where the guard is that reason, the
+        step is a plain sample of its bucket, as a plain step it chose would be."""
+        self.metrics.num_idle_overlapped_steps += 1
+        reason = self._idle_reason(scheduler.num_running, scheduler.max_num_batched_tokens)
+        self._count_off_step(reason)
+        if reason == GUARD_OFF:
+            self._step_mode = False
+
+    def _count_off_step(self, reason: str | None) -> None:
+        if reason == BATCH_TOO_LARGE:
+            self.metrics.num_disabled_steps += 1
+        elif reason == GUARD_OFF:
+            self.metrics.num_guard_off_steps += 1
+        elif reason == COST_OFF:
+            self.metrics.num_cost_off_steps += 1
 
     # ---- proposing ---------------------------------------------------------------------------
 
