@@ -134,8 +134,9 @@ def run(args) -> dict[str, float]:
     first = clock() - start
     batch.advance()
     profiler = cProfile.Profile() if args.profile else None
-    steps = []
+    steps, taking_in = [], []  # taking_in: whether the shared trie had outputs queued
     while not batch.finished():
+        taking_in.append(proposer.shared.backlog > 0)
         start = clock()
         if profiler is not None:
             profiler.enable()
@@ -146,6 +147,8 @@ def run(args) -> dict[str, float]:
         batch.advance()
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+    busy = [seconds for seconds, taking in zip(steps, taking_in, strict=True) if taking]
+    plain = [seconds for seconds, taking in zip(steps, taking_in, strict=True) if not taking]
     return {
         "first_ms": 1e3 * first,
         "steps": len(steps),
@@ -153,8 +156,15 @@ def run(args) -> dict[str, float]:
         "p50_us": 1e6 * statistics.median(steps),
         "max_us": 1e6 * max(steps),
         "mean_us_per_request": 1e6 * statistics.fmean(steps) / args.batch,
+        "taking_in": sum(taking_in),
+        "taking_in_mean_us": 1e6 * _mean(busy),
+        "plain_mean_us": 1e6 * _mean(plain),
         "digest": batch.digest.hexdigest()[:12],
     }
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
 
 
 def main() -> None:
@@ -180,6 +190,11 @@ def main() -> None:
         f"p50 {best['p50_us']:.1f} us, max {best['max_us']:.1f} us "
         f"({best['mean_us_per_request']:.1f} us per request); drafts {best['digest']}"
     )
+    if best["taking_in"]:
+        print(
+            f"  {best['taking_in']} steps while the shared trie took in finished outputs: mean "
+            f"{best['taking_in_mean_us']:.1f} us; the other steps: {best['plain_mean_us']:.1f} us"
+        )
 
 
 if __name__ == "__main__":
