@@ -13,6 +13,8 @@ Then, per layer, on the recorded inputs and after a device sync:
 It prints each one's error against `ref` (max |diff| / max |ref|), whether the in-model output equals
 `alone` bit for bit (unequal: the result depends on what ran around it, i.e. a race), and for the
 worst layer the per-token errors with each token's experts. Nothing is asserted: a diagnosis.
+With --drift N: instead, both bf16 backends' logits error against the float32 truth at every
+position of a 24-token prefill and N greedy decode steps.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossamer.engine.reference import ContiguousCache, forward_tokens  # noqa: E402
+from gossamer.engine.reference import ContiguousCache, forward_tokens, generate_stream  # noqa: E402
 from gossamer.kernels import moe_mxfp4, pdl  # noqa: E402
 from gossamer.model.loader import load_model  # noqa: E402
 from gossamer.model.weights import save_checkpoint  # noqa: E402
@@ -97,10 +99,27 @@ def _per_token(call: dict, ref: torch.Tensor) -> None:
         print(f"    token {t:2d}: error {err:.4f} experts {ids[t]} max|x| {amax:.3g}")
 
 
+def _drift(models: dict, prompt: list[int], steps: int) -> None:
+    """Each backend's error against the float32 truth at every position of the torch bf16 model's
+    greedy continuation (the tokens test_greedy_tokens_agree_for_64_steps checks at a divergence;
+    it never looks at them when the two backends agree)."""
+    from tests.kernels.test_triton_model import _prefill_then_decode, relative_error
+
+    tokens = prompt + list(generate_stream(models["torch"], prompt, steps))
+    logits = {name: _prefill_then_decode(m, tokens, len(prompt)) for name, m in models.items()}
+    truth = logits.pop("truth")
+    print("position: " + ", ".join(f"{name} error" for name in logits))
+    for position in range(truth.shape[0]):
+        errors = [relative_error(rows[position], truth[position]) for rows in logits.values()]
+        flag = "  <-- over 5%" if max(errors) > 0.05 else ""
+        print(f"  {position:3d}: " + ", ".join(f"{e:.4f}" for e in errors) + flag)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--prompt-len", type=int, default=24)
+    parser.add_argument("--drift", type=int, default=0, help="steps: print errors per position")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = "bfloat16" if device.type == "cuda" else "float32"
@@ -113,6 +132,11 @@ def main() -> None:
         packed = save_checkpoint(dense, root / "mxfp4")
         triton_model = load_model(str(packed), dtype=dtype, device=args.device, ops="triton").model
         torch_model = load_model(str(packed), dtype=dtype, device=args.device, ops="torch").model
+        if args.drift:
+            truth = load_model(str(packed), dtype="float32", device=args.device, ops="torch").model
+            models = {"triton": triton_model, "torch": torch_model, "truth": truth}
+            _drift(models, _prompt(args.prompt_len, seed=2), args.drift)
+            return
     calls = _record_moe_calls(triton_model, _prompt(args.prompt_len, seed=2))
     worst = (0.0, None, None)
     for layer, call in enumerate(calls):
