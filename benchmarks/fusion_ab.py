@@ -11,6 +11,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   none         all three off
   router_split the router + routing launch without the norm in it (the norm kernel first)
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
+  ahead1/2     the batch-1 MoE GEMVs load each step's scales (1), and its x words too (2), a step
+               early (the AHEAD constexpr of moe_mxfp4's fp16 GEMVs)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -28,7 +30,7 @@ import time
 
 import torch
 import triton
-from decode_speed import BLOCK, make_seqs, step_bytes, timed_decode
+from decode_speed import BLOCK, make_seqs, step_bytes, timed_decode, timed_decode_fed
 from timing import copy_bandwidth
 
 from gossamer.kernels import attention, gemv, moe_mxfp4
@@ -47,6 +49,9 @@ VARIANTS = {
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
     "router_split": {"router_norm": False},
     "no_router": {"fused_router": False},
+    # the batch-1 MoE GEMVs load a step's scales (1), and its x words too (2), a step early
+    "ahead1": {"moe_ahead": 1},
+    "ahead2": {"moe_ahead": 2},
 }
 
 
@@ -56,6 +61,9 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
+    ahead = {"AHEAD": variant.get("moe_ahead", defaults["moe_ahead"])}
+    moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | ahead
+    moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | ahead
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -97,7 +105,8 @@ def interleaved_times(model, chosen: list[str], defaults: dict, args) -> dict[st
     times = {v: [] for v in chosen}
     for _ in range(args.rounds):
         for variant, (runner, seqs) in runners.items():
-            times[variant].append(timed_decode(runner, seqs, args.steps))
+            timer = timed_decode_fed if args.fed else timed_decode
+            times[variant].append(timer(runner, seqs, args.steps))
     print(" ".join(f"{v} {1e3 * statistics.median(t):.3f}" for v, t in times.items()), flush=True)
     return times
 
@@ -109,7 +118,9 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     )
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
-                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM}  # fmt: skip
+                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
+                "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "down": moe_mxfp4.DECODE_FP16_DOWN,
+                "moe_ahead": moe_mxfp4.DECODE_FP16_GATE_UP.get("AHEAD", 0)}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)
@@ -148,6 +159,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {list(VARIANTS)}")
+    parser.add_argument(
+        "--fed",
+        action="store_true",
+        help="with --interleave: tokens fed on the device (decode_speed's fed rows)",
+    )
     parser.add_argument("--interleave", action="store_true",
                         help="build every variant's runner first, then time them in turn")  # fmt: skip
     args = parser.parse_args()

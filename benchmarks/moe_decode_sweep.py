@@ -4,6 +4,7 @@ The packed-fp16 GEMV's configs are swept (gate_up first, then down with the best
 beside the fp32 GEMV at its defaults.
 
     python benchmarks/moe_decode_sweep.py [--json out.json]
+    python benchmarks/moe_decode_sweep.py --ahead 5   # only the AHEAD A/B of the defaults
 
 Every point is the whole MoE op at T=1 (route + gate_up + down), 32 calls with different experts
 captured in one CUDA graph so neither launch overhead nor L2 hits flatter it. The byte floor is
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -97,15 +99,40 @@ def sweep(experts, inputs, kind: str, configs: list[dict], gate_up: dict, down: 
     return rows
 
 
+def ahead_ab(experts, inputs, rounds: int) -> list[dict]:
+    """The default configs with each kernel's AHEAD in 0, 1, 2 (a step's scales, and with 2 its x
+    words, loaded a step early), every pair timed in turn `rounds` times: median us per layer."""
+    pairs = [(gu, dn) for gu in (0, 1, 2) for dn in (0, 1, 2)]
+    times: dict[tuple[int, int], list[float]] = {pair: [] for pair in pairs}
+    for _ in range(rounds):
+        for gu, dn in pairs:
+            gate_up = moe.DECODE_FP16_GATE_UP | {"AHEAD": gu}
+            down = moe.DECODE_FP16_DOWN | {"AHEAD": dn}
+            times[(gu, dn)].append(time_config(experts, inputs, gate_up, down) * 1e6)
+    rows = []
+    for (gu, dn), us in times.items():
+        rows.append({"kernel": "ahead", "config": {"gate_up": gu, "down": dn},
+                     "us": statistics.median(us), "runs_us": us})  # fmt: skip
+        print(f"AHEAD gate_up {gu} down {dn}: {statistics.median(us):6.1f} us "
+              f"(runs {', '.join(f'{t:.1f}' for t in us)})")  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--ahead", type=int, default=0, help="rounds of the AHEAD A/B only")
     args = parser.parse_args()
     bandwidth = copy_bandwidth()
     experts = make_experts()
     inputs = make_calls(1, 32, seed=1)
     floor_us = TOP_K * (GATE_UP_BYTES + DOWN_BYTES) / bandwidth * 1e6
     print(f"# copy {bandwidth / 1e12:.2f} TB/s; floor {floor_us:.1f} us per MoE layer at T=1")
+    if args.ahead:
+        rows = ahead_ab(experts, inputs, args.ahead)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"floor_us": floor_us, "rows": rows}))
+        return
     baseline = time_fp32(experts, inputs) * 1e6
     print(f"fp32 GEMV at its defaults: {baseline:.1f} us ({floor_us / baseline:.0%} of floor)")
     rows = [{"kernel": "fp32_baseline", "config": {}, "us": baseline}]

@@ -1076,17 +1076,41 @@ def _group_dot(words, x_ptrs, x_mask, PLANE: tl.constexpr, LAYOUT: tl.constexpr)
     [..., GB * 4]: the matching words of x's pair plane 0 (planes 1..3 follow at PLANE words). Plane p
     holds, per word q, x[8q + p] and x[8q + p + 4] as fp16 lanes, matching `_pair_lanes`.
     All 16 products of a group go into one packed-fp16 accumulator (16 HFMA2 on the GPU)."""
+    p0, p1, p2, p3 = _x_planes(x_ptrs, x_mask, PLANE)
+    return _planes_dot(words, p0, p1, p2, p3, LAYOUT)
+
+
+@triton.jit
+def _x_planes(x_ptrs, x_mask, PLANE: tl.constexpr):
+    """The x words of a step's four pair planes (see _group_dot): four loads."""
+    p0 = tl.load(x_ptrs, mask=x_mask, other=0)
+    p1 = tl.load(x_ptrs + PLANE, mask=x_mask, other=0)
+    p2 = tl.load(x_ptrs + 2 * PLANE, mask=x_mask, other=0)
+    p3 = tl.load(x_ptrs + 3 * PLANE, mask=x_mask, other=0)
+    return p0, p1, p2, p3
+
+
+@triton.jit
+def _planes_dot(words, p0, p1, p2, p3, LAYOUT: tl.constexpr):
+    """_group_dot with the four planes' x words already loaded."""
     w0, w1, w2, w3 = _split4(words)
     acc = tl.zeros_like(w0)
-    for pair in tl.static_range(4):
-        x_words = tl.load(x_ptrs + pair * PLANE, mask=x_mask, other=0)
-        x_words = tl.reshape(x_words, x_words.shape[:-1] + [x_words.shape[-1] // 4, 4])
-        x0, x1, x2, x3 = _split4(x_words)
-        acc = _hfma2(_pair_lanes(w0, pair, LAYOUT), x0, acc)
-        acc = _hfma2(_pair_lanes(w1, pair, LAYOUT), x1, acc)
-        acc = _hfma2(_pair_lanes(w2, pair, LAYOUT), x2, acc)
-        acc = _hfma2(_pair_lanes(w3, pair, LAYOUT), x3, acc)
+    acc = _plane_products(acc, w0, w1, w2, w3, p0, 0, LAYOUT)
+    acc = _plane_products(acc, w0, w1, w2, w3, p1, 1, LAYOUT)
+    acc = _plane_products(acc, w0, w1, w2, w3, p2, 2, LAYOUT)
+    acc = _plane_products(acc, w0, w1, w2, w3, p3, 3, LAYOUT)
     return _fp16_lane(acc, False) + _fp16_lane(acc, True)
+
+
+@triton.jit
+def _plane_products(acc, w0, w1, w2, w3, x_words, PAIR: tl.constexpr, LAYOUT: tl.constexpr):
+    """acc + the products of codes PAIR and PAIR + 4 of each word with plane PAIR's x words."""
+    x_words = tl.reshape(x_words, x_words.shape[:-1] + [x_words.shape[-1] // 4, 4])
+    x0, x1, x2, x3 = _split4(x_words)
+    acc = _hfma2(_pair_lanes(w0, PAIR, LAYOUT), x0, acc)
+    acc = _hfma2(_pair_lanes(w1, PAIR, LAYOUT), x1, acc)
+    acc = _hfma2(_pair_lanes(w2, PAIR, LAYOUT), x2, acc)
+    return _hfma2(_pair_lanes(w3, PAIR, LAYOUT), x3, acc)
 
 
 @triton.jit
@@ -1120,6 +1144,7 @@ def _fp16_gate_up_kernel(
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
+    AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0, also load a step ahead: 1 scales, 2 and x
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1155,7 +1180,12 @@ def _fp16_gate_up_kernel(
 
     acc_gate = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
     acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
-    if NUM_STAGES == 0:
+    if NUM_STAGES == 0 and AHEAD:
+        acc_gate, acc_up = _gate_up_ahead(
+            acc_gate, acc_up, gate_w_ptrs, gate_s_ptrs, x_ptrs, g_lo, g_hi, j_ok, kw, step,
+            scale_step, G, H // 8, GROUPS_PER_STEP, LAYOUT, AHEAD,
+        )  # fmt: skip
+    elif NUM_STAGES == 0:
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
         w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
         next_gate = tl.load(gate_w_ptrs, mask=w_mask)
@@ -1213,6 +1243,56 @@ def _gate_up_step(
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale
     acc_up += _group_dot(up_words, xp, x_mask, PLANE, LAYOUT) * up_scale
     return acc_gate, acc_up
+
+
+# Loading a step ahead (AHEAD): in the register double buffer only the weight words of step g+1
+# are in flight while step g computes, so each step still waits for its scales (from HBM) and its
+# x words (from L2) before its products: two dependent trips per step, six steps per 120b row.
+# AHEAD 1 loads the scales with the words, AHEAD 2 the x words too (more registers).
+
+
+@triton.jit
+def _gate_up_ahead(
+    acc_gate, acc_up, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, j_ok, kw, step, scale_step,
+    G: tl.constexpr, PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr,
+    AHEAD: tl.constexpr,
+):  # fmt: skip
+    """gate_up's K loop with every load of a step issued one step early (see AHEAD)."""
+    tile: tl.constexpr = (w_ptrs.shape[0], GB, 4)
+    gate, up, gate_s, up_s = _gate_up_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, j_ok, kw, step,
+                                            scale_step, G)  # fmt: skip
+    if AHEAD == 2:
+        p0, p1, p2, p3 = _x_planes(x_ptrs, (g_lo * 4 + kw < g_hi * 4)[None, :], PLANE)
+    for g0 in range(g_lo, g_hi, GB):
+        gate_words, up_words = tl.reshape(gate, tile), tl.reshape(up, tile)
+        gate_scale, up_scale = _e8m0_scale(gate_s), _e8m0_scale(up_s)
+        if AHEAD == 1:  # this step's x words now, after the next step's weights and scales
+            p0, p1, p2, p3 = _x_planes(
+                x_ptrs + (g0 - g_lo) * 4, (g0 * 4 + kw < g_hi * 4)[None, :], PLANE
+            )
+        gate, up, gate_s, up_s = _gate_up_loads(w_ptrs, s_ptrs, g0 + GB, g_lo, g_hi, j_ok, kw,
+                                                step, scale_step, G)  # fmt: skip
+        if AHEAD == 2:  # the next step's x words, before this step's products
+            n0, n1, n2, n3 = _x_planes(
+                x_ptrs + (g0 + GB - g_lo) * 4, ((g0 + GB) * 4 + kw < g_hi * 4)[None, :], PLANE
+            )
+        acc_gate += _planes_dot(gate_words, p0, p1, p2, p3, LAYOUT) * gate_scale
+        acc_up += _planes_dot(up_words, p0, p1, p2, p3, LAYOUT) * up_scale
+        if AHEAD == 2:
+            p0, p1, p2, p3 = n0, n1, n2, n3
+    return acc_gate, acc_up
+
+
+@triton.jit
+def _gate_up_loads(w_ptrs, s_ptrs, g0, g_lo, g_hi, j_ok, kw, step, scale_step, G: tl.constexpr):
+    """The gate and up words and raw scales of the step at group g0 (none past g_hi)."""
+    d = (g0 - g_lo) * 4
+    w_mask = j_ok[:, None] & (g0 * 4 + kw < g_hi * 4)[None, :]
+    s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
+    s_step = s_ptrs + (g0 - g_lo) * scale_step
+    gate = tl.load(w_ptrs + d, mask=w_mask)
+    up = tl.load(w_ptrs + G * 4 + d, mask=w_mask)
+    return gate, up, tl.load(s_step, mask=s_mask), tl.load(s_step + G, mask=s_mask)
 
 
 @triton.jit
@@ -1276,6 +1356,7 @@ def _fp16_down_kernel(
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     PREFETCH_WORDS: tl.constexpr = 128,  # per (row, expert), sent to L2 before the PDL wait
     LAYOUT: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
+    AHEAD: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1321,7 +1402,10 @@ def _fp16_down_kernel(
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
     pdl.wait(PDL)  # the activations come from gate_up
-    if NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
+    if NUM_STAGES == 0 and AHEAD:
+        acc = _down_ahead(acc, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step,
+                          scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT, AHEAD)  # fmt: skip
+    elif NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
         next_words = tl.load(w_ptrs, mask=w_mask)
         for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
@@ -1362,6 +1446,47 @@ def _down_step(
     scale = _e8m0_scale(tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask))
     x_mask = slot_ok[None, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
     return acc + _group_dot(words, x_ptrs + (g0 - g_lo) * 4, x_mask, PLANE, LAYOUT) * scale
+
+
+@triton.jit
+def _down_ahead(
+    acc, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step, scale_step,
+    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr, AHEAD: tl.constexpr,
+):  # fmt: skip
+    """down's K loop with every load of a step issued one step early (see _gate_up_ahead)."""
+    tile: tl.constexpr = (w_ptrs.shape[0], w_ptrs.shape[1], GB, 4)
+    words, raw_scales = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step,
+                                    scale_step)  # fmt: skip
+    if AHEAD == 2:
+        p0, p1, p2, p3 = _down_x(x_ptrs, g_lo, g_lo, g_hi, slot_ok, kw, PLANE)
+    for g0 in range(g_lo, g_hi, GB):
+        step_words, scale = tl.reshape(words, tile), _e8m0_scale(raw_scales)
+        if AHEAD == 1:
+            p0, p1, p2, p3 = _down_x(x_ptrs, g0, g_lo, g_hi, slot_ok, kw, PLANE)
+        words, raw_scales = _down_loads(w_ptrs, s_ptrs, g0 + GB, g_lo, g_hi, row_slot_ok, kw,
+                                        step, scale_step)  # fmt: skip
+        if AHEAD == 2:
+            n0, n1, n2, n3 = _down_x(x_ptrs, g0 + GB, g_lo, g_hi, slot_ok, kw, PLANE)
+        acc += _planes_dot(step_words, p0, p1, p2, p3, LAYOUT) * scale
+        if AHEAD == 2:
+            p0, p1, p2, p3 = n0, n1, n2, n3
+    return acc
+
+
+@triton.jit
+def _down_loads(w_ptrs, s_ptrs, g0, g_lo, g_hi, row_slot_ok, kw, step, scale_step):
+    """down's words and raw scales of the step at group g0 (none past g_hi)."""
+    w_mask = row_slot_ok[:, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
+    s_mask = row_slot_ok[:, :, None] & (g0 + step < g_hi)[None, None, :]
+    words = tl.load(w_ptrs + (g0 - g_lo) * 4, mask=w_mask)
+    return words, tl.load(s_ptrs + (g0 - g_lo) * scale_step, mask=s_mask)
+
+
+@triton.jit
+def _down_x(x_ptrs, g0, g_lo, g_hi, slot_ok, kw, PLANE: tl.constexpr):
+    """down's activation words (four pair planes) of the step at group g0."""
+    x_mask = slot_ok[None, :, None] & (g0 * 4 + kw < g_hi * 4)[None, None, :]
+    return _x_planes(x_ptrs + (g0 - g_lo) * 4, x_mask, PLANE)
 
 
 @triton.jit

@@ -172,6 +172,24 @@ def test_fp16_decode_path_matches_reference(moe, tokens, split, stages):
     assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
 
 
+@pytest.mark.parametrize("ahead", [1, 2])
+@pytest.mark.parametrize("tokens,split,repacked", [(1, (1, 1), True), (3, (3, 2), False)])
+def test_fp16_decode_loads_a_step_ahead(moe, ahead, tokens, split, repacked):
+    """AHEAD (scales, and with 2 the x words, loaded a step early) computes the same products in
+    the same order as the register double buffer: bit-equal outputs, partial steps and uneven
+    split-K chunks included, on both bit layouts."""
+    experts = _experts(8, 160, 96, seed=54)
+    experts = _fp16_lanes(experts) if repacked else experts
+    x, logits = _inputs(tokens, 160, 8, seed=55 + tokens)
+    config = _with_split(TINY_FP16, *split)
+    ahead_config = {name: kernel | {"AHEAD": ahead} for name, kernel in config.items()}
+    out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **ahead_config)
+    assert torch.equal(
+        out, moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+
+
 @pytest.mark.parametrize(
     "gate_up,down",
     [((2, 4, 1), (1, 4, 1)), ((4, 8, 4), (2, 8, 4))],
@@ -706,6 +724,23 @@ def test_gpu_120b_repacked_layout(experts_120b, tokens):
 
     x, logits = _inputs_120b(tokens, seed=300 + tokens)
     out = moe_mxfp4.moe_mxfp4(x, logits, _fp16_lanes(experts_120b), TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_gpu_120b_fp16_gemv_loads_a_step_ahead(experts_120b, ahead):
+    """The default GEMV configs with AHEAD on 120b shapes: the same bits as without (the same
+    products in the same order, only the loads move)."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(2, seed=400 + ahead)
+    experts = _fp16_lanes(experts_120b)
+    args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
+    configs = {"gate_up_config": moe_mxfp4.DECODE_FP16_GATE_UP | {"AHEAD": ahead},
+               "down_config": moe_mxfp4.DECODE_FP16_DOWN | {"AHEAD": ahead}}  # fmt: skip
+    out = moe_mxfp4.moe_mxfp4_decode_fp16(*args, **configs)
+    assert torch.equal(out, moe_mxfp4.moe_mxfp4_decode_fp16(*args))
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
 
 
