@@ -76,6 +76,8 @@ class _Choice:
     text: TextState | None
     tables: BlockTables | None = None  # the runner's copy
     pending_children: list[Request] = field(default_factory=list)
+    # built once: it reads the request's token lists, which grow in place
+    row: SamplingRow | None = None
 
 
 class EngineCore:
@@ -372,15 +374,17 @@ class EngineCore:
         return self._sampling_row(choice) if choice is not None else None
 
     def _sampling_row(self, choice: _Choice) -> SamplingRow:
-        request, params = choice.request, choice.params
-        stop_ids = () if params.ignore_eos else self.eos_token_ids
-        return SamplingRow(
-            params,
-            request.prompt_token_ids,
-            request.output_token_ids,
-            choice.generator,
-            tuple(stop_ids) + tuple(params.stop_token_ids),
-        )
+        if choice.row is None:
+            request, params = choice.request, choice.params
+            stop_ids = () if params.ignore_eos else self.eos_token_ids
+            choice.row = SamplingRow(
+                params,
+                request.prompt_token_ids,
+                request.output_token_ids,
+                choice.generator,
+                tuple(stop_ids) + tuple(params.stop_token_ids),
+            )
+        return choice.row
 
     def _process(self, update: RequestUpdate, logprobs: list | None) -> RequestOutput | None:
         choice = self.choices.get(update.request_id)

@@ -100,6 +100,19 @@ def plan_step(
     return None, EAGER_NO_GRAPH_FOR_SHAPE
 
 
+def _short_span_slots(table, start: int, end: int, block_size: int) -> range | list[int]:
+    """The cache slots of positions start..end - 1 by the block table `table`: a range when they
+    lie in one block."""
+    first, last = start // block_size, (end - 1) // block_size
+    if first == last:
+        base = int(table[first]) * block_size - first * block_size
+        return range(base + start, base + end)
+    blocks = [int(block) for block in table[first : last + 1]]
+    return [
+        blocks[p // block_size - first] * block_size + p % block_size for p in range(start, end)
+    ]
+
+
 def _smallest_graph(graph_keys: Collection[tuple[int, int]], num_seqs: int, q: int) -> int | None:
     return min(
         (size for size, length in graph_keys if length == q and size >= num_seqs), default=None
@@ -223,6 +236,11 @@ class ModelRunner:
             positions[cursor] = seq.start
             for g, table in enumerate(seq.block_tables):
                 slots[g, cursor] = table[seq.start // bs] * bs + seq.start % bs
+        elif n <= bs:  # verification (1 + k tokens): at most two blocks, Python ranges
+            input_ids[cursor : cursor + n] = seq.token_ids
+            positions[cursor : cursor + n] = range(seq.start, end)
+            for g, table in enumerate(seq.block_tables):
+                slots[g, cursor : cursor + n] = _short_span_slots(table, seq.start, end, bs)
         else:
             span = np.arange(seq.start, end)
             input_ids[cursor : cursor + n] = seq.token_ids
@@ -386,15 +404,17 @@ class ModelRunner:
         """Padding sequences of q tokens at positions 0..q-1: no KV write, the null block; their
         logits are ignored."""
         self.upload_fence.wait()  # a no-op after `_fill`; graph capture starts a step here
+        width = -(-q // self.block_size)
+        self._width = max(self._width, width)
+        if num_seqs == graph_size:
+            return  # the graph's own batch: nothing to pad
         host = self.host
         first, end = num_seqs * q, graph_size * q
         host["input_ids"][first:end] = 0
         host["positions"][first:end] = np.tile(np.arange(q), graph_size - num_seqs)
         host["slot_mapping"][:, first:end] = -1
         host["tree_mask"][first:end] = 0  # causal (read by tree graphs only)
-        width = -(-q // self.block_size)
         host["block_tables"][:, num_seqs:graph_size, :width] = NULL_BLOCK_ID
-        self._width = max(self._width, width)
         host["query_start_loc"][num_seqs + 1 : graph_size + 1] = (
             np.arange(num_seqs + 1, graph_size + 1) * q
         )

@@ -82,6 +82,9 @@ GENEROUS_ACCEPTANCE = 0.8
 # method judged useless is tried again now and then (per request they fade over one window).
 METHOD_MEMORY_WINDOWS = 16
 
+# StepCost remembers at most this many (batch, k) costs (ragged steps ask fractional k).
+MAX_MEMO_ENTRIES = 4096
+
 CostFunction = Callable[[int, float], float]
 
 
@@ -105,10 +108,21 @@ class StepCost:
         self.rows = [[(k, cost / points[0][1]) for k, cost in points] for _, points in rows]
         self.draft_share = _draft_share(self.rows[-1])  # what a draft costs at the last batch
         self.half_batch = _half_batch(self.batches[-1], self.draft_share)
+        # (batch, k) -> cost: the chooser asks the same few every step (a table never changes)
+        self._memo: dict[tuple[int, float], float] = {}
 
     def __call__(self, batch: int, k: float) -> float:
         if k <= 0:
             return 1.0
+        key = (batch, k)
+        cost = self._memo.get(key)
+        if cost is None:
+            if len(self._memo) >= MAX_MEMO_ENTRIES:
+                self._memo.clear()
+            cost = self._memo[key] = self._cost(batch, k)
+        return cost
+
+    def _cost(self, batch: int, k: float) -> float:
         if batch > self.batches[-1]:
             return self._extrapolated(batch, k)
         costs = [_cost_at(row, k) for row in self.rows]
@@ -228,11 +242,13 @@ def _padded_lens(request_gains, cost, ladder, token_budget, host_costs) -> list[
     batch = len(request_gains)
     # every request with a draft proposes whatever k the step takes
     host = sum(h for g, h in zip(request_gains, host_costs, strict=True) if g)
+    # prefix[r][j] = sum(request_gains[r][:j]), summed in the same order as sum() would
+    prefix = [(0.0, *itertools.accumulate(g)) for g in request_gains]
     best_k, best_value = 0, float(batch)
     for k in ladder:
         if token_budget is not None and batch * (1 + k) > token_budget:
             break
-        tokens = batch + sum(sum(g[:k]) for g in request_gains)
+        tokens = batch + sum(p[min(k, len(p) - 1)] for p in prefix)
         value = tokens / (cost(batch, k) + host)
         if value > best_value:
             best_k, best_value = k, value
@@ -328,6 +344,13 @@ class DraftLengthChooser:
         self.proposer_time = ProposerTime(1 - self.request_decay, self.method_decay)
         self.step_time = StepTime(1 - self.request_decay)
         self._calibrated_seconds: list[tuple[float, float]] = []  # (batch, k = 0 step seconds)
+        # The rates of the current step: a step ranks, bounds and chooses with the same ones
+        # several times per request. Valid while (step, records) is `_rates_key`; any record
+        # (or forget) moves `_records` on.
+        self._records = 0
+        self._rates_key = (-1, -1)
+        self._rates: dict[tuple[str | None, str], list[float]] = {}  # (request|None, method)
+        self._expected: dict[tuple[str, str], float] = {}  # (request, method) -> accepted
 
     def use_measured_table(self, table: Sequence[tuple[int, Sequence[tuple[float, float]]]]):
         """Decide with a table timed on this engine (milliseconds; gossamer/spec/calibrate.py):
@@ -357,6 +380,7 @@ class DraftLengthChooser:
         self.proposer_time.record(method, seconds, num_requests, step)
 
     def record(self, request_id: str, method: str, drafted: int, accepted: int, step: int) -> None:
+        self._records += 1
         self._method_stats(method).record(drafted, accepted, step)
         own = self._requests.setdefault(request_id, {})
         if method not in own:
@@ -364,26 +388,55 @@ class DraftLengthChooser:
         own[method].record(drafted, accepted, step)
 
     def forget(self, request_id: str) -> None:
+        self._records += 1
         self._requests.pop(request_id, None)
 
     def rates(self, request_id: str, method: str, step: int) -> list[float]:
-        """The request's conditional acceptance per position for drafts of `method`."""
-        prior = self._method_stats(method).chained_rates(step)
-        own = self._requests.get(request_id, {}).get(method)
-        return own.rates(prior, step) if own is not None else prior
+        """The request's conditional acceptance per position for drafts of `method` (a list the
+        caller must not change: it is shared until the next record or step)."""
+        cache = self._rates_of_step(step)
+        rates = cache.get((request_id, method))
+        if rates is None:
+            prior = self._method_rates(method, step)
+            own = self._requests.get(request_id, {}).get(method)
+            rates = own.rates(prior, step) if own is not None else prior
+            cache[(request_id, method)] = rates
+        return rates
+
+    def _method_rates(self, method: str, step: int) -> list[float]:
+        """The method's chained rates over all requests (the prior of each request's own)."""
+        cache = self._rates_of_step(step)
+        rates = cache.get((None, method))
+        if rates is None:
+            rates = cache[(None, method)] = self._method_stats(method).chained_rates(step)
+        return rates
+
+    def _rates_of_step(self, step: int) -> dict[tuple[str | None, str], list[float]]:
+        """The rates cache, emptied when the step or the records changed since it was filled."""
+        key = (step, self._records)
+        if key != self._rates_key:
+            self._rates_key = key
+            self._rates.clear()
+            self._expected.clear()
+        return self._rates
 
     def expected_accepted(self, request_id: str, method: str, step: int) -> float:
         """Accepted drafts the request can expect from `method` with every position drafted:
         what "auto" ranks the methods of a request by."""
-        return sum(gains(self.rates(request_id, method, step), self.num_positions))
+        rates = self.rates(request_id, method, step)  # first: it may empty the caches
+        expected = self._expected.get((request_id, method))
+        if expected is None:
+            expected = sum(gains(rates, self.num_positions))
+            self._expected[(request_id, method)] = expected
+        return expected
 
     def best_rates(self, step: int) -> list[float]:
         """Per position, the best conditional acceptance of any method over all its requests
         (GENEROUS_ACCEPTANCE at every position before any draft was verified)."""
-        observed = [stats for stats in self._methods.values() if any(stats.tried)]
+        observed = [method for method, stats in self._methods.items() if any(stats.tried)]
         if not observed:
             return [GENEROUS_ACCEPTANCE] * self.num_positions
-        per_method = [stats.chained_rates(step) for stats in observed]
+        per_method = [self._method_rates(method, step) for method in observed]
         return [max(rates) for rates in zip(*per_method, strict=True)]
 
     def can_pay(

@@ -27,10 +27,13 @@ class _NgramIndex:
 
     def extend(self, tokens: Sequence[int], upto: int) -> None:
         """Index every n-gram that ends before `upto`."""
+        done = self.num_indexed
+        if done >= upto:
+            return
         for n, ends in self.last_end.items():
-            for end in range(max(self.num_indexed, n), upto):
+            for end in range(max(done, n), upto):
                 ends[tuple(tokens[end - n : end])] = end
-        self.num_indexed = max(self.num_indexed, upto)
+        self.num_indexed = upto
 
 
 class NgramProposer(BaseProposer):
@@ -71,6 +74,8 @@ class NgramProposer(BaseProposer):
 def _continuation(tokens: Sequence[int], start: int, count: int) -> list[int]:
     """`count` tokens from `start` of tokens + the continuation itself (start < len(tokens))."""
     num_tokens = len(tokens)
+    if start + count <= num_tokens:
+        return list(tokens[start : start + count])
     out: list[int] = []
     for position in range(start, start + count):
         out.append(tokens[position] if position < num_tokens else out[position - num_tokens])

@@ -63,7 +63,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -176,13 +176,14 @@ class Speculator:
             parents.append(self._draft_parents(item.request_id, draft))
             kept_rows.extend(range(offset, offset + len(draft) + 1))
             offset += item.num_draft_tokens + 1
+        logits_rows = None
         if len(kept_rows) < offset:
             # NOTE: filler rows were computed only to keep the step's shape uniform. Verifying the
             # real drafts alone caps acceptance at their length; the scheduler rolls the filler's
             # KV back with the rejected tokens'.
             self.metrics.num_padding_tokens += offset - len(kept_rows)
-            logits = logits[torch.tensor(kept_rows, device=logits.device)]
-        verified = verify(logits, rows, drafts, draft_probs, shared_generator, parents)
+            logits_rows = kept_rows
+        verified = verify(logits, rows, drafts, draft_probs, shared_generator, parents, logits_rows)
         self._tree_paths = {
             item.request_id: (index, path)
             for index, (item, tree, path) in enumerate(
@@ -195,6 +196,9 @@ class Speculator:
     def tree_mask(self, item: ScheduledRequest) -> tuple[int, ...] | None:
         """The attention masks of a step that verifies the request's tree draft (root first),
         for the runner (`SeqInput.tree_mask`); None for chains and steps without drafts."""
+        pending = self._pending.get(item.request_id)
+        if pending is None or pending[1].parents is None:
+            return None  # a chain, or no draft (the common case: no slicing)
         draft = self._real_draft(item)
         parents = self._draft_parents(item.request_id, draft)
         return None if parents is None else ancestor_masks(parents, with_root=True)
@@ -447,23 +451,23 @@ class Speculator:
         if limit is not None and scheduler.num_running >= limit:
             self.metrics.num_disabled_steps += 1
             return
-        if not self._guard_allows(scheduler):
+        num_decodes = _num_decodes(scheduler)  # the next step's (proposers change no request)
+        if not self._guard_allows(num_decodes):
             return
         candidates = [
             spec
             for request in scheduler.running
             if (spec := self._candidate(scheduler, request, row_for))
         ]
-        padded = self._can_pad(scheduler)
+        padded = self._can_pad(scheduler, num_decodes)
         if self.chooser is None:
             drafts = self._collect(candidates)
         else:
-            drafts = self._collect_cost_aware(scheduler, candidates, padded)
+            drafts = self._collect_cost_aware(scheduler, candidates, padded, num_decodes)
         self._hand_over(scheduler, drafts, padded)
 
-    def _guard_allows(self, scheduler: Scheduler) -> bool:
+    def _guard_allows(self, num_decodes: int) -> bool:
         """The measured guard's decision for the next step (True without a guard)."""
-        num_decodes = len(_decodes(scheduler))
         if self.guard is None or not num_decodes:
             return True
         self._step_mode = self.guard.allows(num_decodes)
@@ -472,21 +476,22 @@ class Speculator:
         return self._step_mode
 
     def _collect_cost_aware(
-        self, scheduler: Scheduler, candidates: list[SpecRequest], padded: bool
+        self,
+        scheduler: Scheduler,
+        candidates: list[SpecRequest],
+        padded: bool,
+        num_decodes: int,
     ) -> dict[str, tuple[str, Draft]]:
         """Drafts of the lengths the cost model prefers: an upper bound before proposing (less
         proposer work, none at all for k = 0), the final lengths once the drafts are known."""
-        wanted = [(s.request_id, self._first_method(s), s.max_draft_tokens) for s in candidates]
+        rankings = self._rankings(candidates)  # one per request and step: the same rates
+        wanted = [(s.request_id, rankings[s.request_id][0], s.max_draft_tokens) for s in candidates]
         charge_host = self.config.charge_proposer_time  # still to be spent: it may not pay
-        limits = self._choose(scheduler, padded, wanted, charge_host)
-        candidates = [
-            replace(spec, max_draft_tokens=k)
-            for spec, k in zip(candidates, limits, strict=True)
-            if k
-        ]
-        drafts = self._collect(candidates)
+        limits = self._choose(scheduler, padded, wanted, num_decodes, charge_host)
+        candidates = [_with_limit(spec, k) for spec, k in zip(candidates, limits, strict=True) if k]
+        drafts = self._collect(candidates, rankings)
         found = [(rid, method, len(draft.token_ids)) for rid, (method, draft) in drafts.items()]
-        lens = self._choose(scheduler, padded, found)
+        lens = self._choose(scheduler, padded, found, num_decodes)
         return {
             request_id: (method, _truncated(draft, k))
             for (request_id, (method, draft)), k in zip(drafts.items(), lens, strict=True)
@@ -498,24 +503,28 @@ class Speculator:
         scheduler: Scheduler,
         padded: bool,
         wanted: list[tuple[str, str, int]],
+        num_decodes: int,
         charge_host: bool = False,
     ) -> list[int]:
-        num_decodes = len(_decodes(scheduler))
         budget = scheduler.max_num_batched_tokens
         lens = self.chooser.choose(wanted, num_decodes, padded, budget, self._step, charge_host)
         if wanted and not any(lens):
             self.metrics.num_cost_off_steps += 1
         return lens
 
-    def _first_method(self, spec: SpecRequest) -> str:
-        return self._ranking(spec.request_id, list(self.proposers))[0]
+    def _rankings(self, candidates: list[SpecRequest]) -> dict[str, list[str]]:
+        methods = list(self.proposers)
+        return {spec.request_id: self._ranking(spec.request_id, methods) for spec in candidates}
 
-    def _collect(self, candidates: list[SpecRequest]) -> dict[str, tuple[str, Draft]]:
+    def _collect(
+        self, candidates: list[SpecRequest], rankings: dict[str, list[str]] | None = None
+    ) -> dict[str, tuple[str, Draft]]:
         """request id -> (method, draft) for the candidates some proposer has a draft for, each
-        asking its proposers in its ranking's order."""
+        asking its proposers in its ranking's order (`rankings`: already known, by request)."""
         drafts: dict[str, tuple[str, Draft]] = {}
         methods = list(self.proposers)
-        rankings = {spec.request_id: self._ranking(spec.request_id, methods) for spec in candidates}
+        if rankings is None:
+            rankings = self._rankings(candidates)
         for round_index in range(len(methods)):
             groups: dict[str, list[SpecRequest]] = defaultdict(list)
             for spec in candidates:
@@ -609,7 +618,7 @@ class Speculator:
                 request.request_id, tokens + [filler] * (length - len(tokens))
             )
 
-    def _can_pad(self, scheduler: Scheduler) -> bool:
+    def _can_pad(self, scheduler: Scheduler, num_decodes: int) -> bool:
         """Whether padding could make the next step uniform and so replay a graph: not while a
         prompt is still being computed (that step runs eagerly anyway) nor above the batch sizes
         multi-token graphs exist for. EAGLE-3's target runner captures graphs too (they return
@@ -620,7 +629,7 @@ class Speculator:
             return False
         if len(running) > MAX_MULTI_TOKEN_GRAPH_SEQS:
             return False
-        return len(_decodes(scheduler)) == len(running)
+        return num_decodes == len(running)
 
     def _padded_length(self, scheduler: Scheduler, drafts: dict[str, tuple[str, Draft]]) -> int:
         """The common draft length, or 0 when nothing is drafted or the padded step would not
@@ -658,9 +667,16 @@ def _decode_only(items: Sequence[ScheduledRequest]) -> bool:
     )
 
 
-def _decodes(scheduler: Scheduler) -> list[Request]:
+def _num_decodes(scheduler: Scheduler) -> int:
     """The running requests at the end of their known tokens: the next step's decodes."""
-    return [r for r in scheduler.running if r.num_computed_tokens == r.num_tokens - 1]
+    return sum(len(r.all_token_ids) - r.num_computed_tokens == 1 for r in scheduler.running)
+
+
+def _with_limit(spec: SpecRequest, max_draft_tokens: int) -> SpecRequest:
+    """`spec` with another draft limit (dataclasses.replace costs several times more)."""
+    return SpecRequest(
+        spec.request_id, spec.token_ids, spec.num_prompt_tokens, max_draft_tokens, spec.row
+    )
 
 
 def _truncated(draft: Draft, count: int) -> Draft:

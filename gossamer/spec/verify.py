@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 import torch
 
+from gossamer.runner.host_copy import to_device
 from gossamer.runner.sampler import (
     SamplingRow,
     TokenLogprobs,
@@ -66,13 +67,30 @@ def position_rows(
     row: SamplingRow, draft: Sequence[int], parents: Sequence[int] | None = None
 ) -> list[SamplingRow]:
     """One sampling row per verified position: position j has drafts[:j] in its output (a tree's
-    row 1 + i: the tokens of node i's path)."""
+    row 1 + i: the tokens of node i's path). Where processing the logits reads no output tokens
+    (`reads_output`), every position shares `row` itself: no copies of the output."""
     if not draft:
         return [row]
+    if not reads_output(row):
+        return [row] * (len(draft) + 1)
     output = list(row.output_token_ids)
     return [
         replace(row, output_token_ids=output + history) for history in _histories(draft, parents)
     ]
+
+
+def reads_output(row: SamplingRow) -> bool:
+    """Whether the logits processing of a row reads its output tokens (adjust_logits: penalties,
+    or the stop tokens' ban while fewer than min_tokens are out). A position's drafts only add
+    output tokens, so when the row itself is past min_tokens, every position is too."""
+    params = row.params
+    return params.uses_penalties or len(row.output_token_ids) < params.min_tokens
+
+
+def argmax_only(row: SamplingRow) -> bool:
+    """Greedy, nothing adjusted, no logprobs: verifying the row needs the argmax of the raw
+    logits alone."""
+    return row.params.greedy and row.params.logprobs is None and not reads_output(row)
 
 
 def _histories(draft: Sequence[int], parents: Sequence[int] | None) -> list[list[int]]:
@@ -220,20 +238,32 @@ def verify(
     draft_probs: Sequence[torch.Tensor | None],  # [k_i, vocab] or None (point mass)
     shared_generator: torch.Generator,
     parents: Sequence[Sequence[int] | None] | None = None,  # per request: a tree's, None: chain
+    logits_rows: Sequence[int] | None = None,
 ) -> Verified:
-    """Tokens (accepted drafts + 1), their logprobs and the accepted drafts per request."""
+    """Tokens (accepted drafts + 1), their logprobs and the accepted drafts per request.
+    `logits_rows`: the row of `logits` of each verified position, when `logits` holds more
+    rows (a padded step's filler); None: its rows are the positions, in order."""
     trees = parents if parents is not None else [None] * len(drafts)
     all_rows = [
         r
         for row, draft, tree in zip(rows, drafts, trees, strict=True)
         for r in position_rows(row, draft, tree)
     ]
-    if logits.shape[0] != len(all_rows):
-        raise ValueError(f"{logits.shape[0]} logits rows for {len(all_rows)} verified positions")
-    raw = logits.float()
-    processed = adjust_logits(raw, all_rows)
-    argmax = processed.argmax(dim=-1).tolist()
-    random_probs = _random_probs(processed, all_rows)
+    _check_logits_rows(logits, len(all_rows), logits_rows)
+    raw = random_probs = None
+    if all(argmax_only(row) for row in rows):
+        # NOTE: the argmax of every row, filler too, then the positions' on the host: one
+        # reduction and one read, no gather (float32 holds any logits dtype exactly)
+        argmax = logits.argmax(dim=-1).tolist()
+        if logits_rows is not None:
+            argmax = [argmax[row] for row in logits_rows]
+    else:
+        if logits_rows is not None:
+            logits = logits[to_device(logits_rows, logits.device)]
+        raw = logits.float()
+        processed = adjust_logits(raw, all_rows)
+        argmax = processed.argmax(dim=-1).tolist()
+        random_probs = _random_probs(processed, all_rows)
     tokens: list[list[int]] = []
     paths: list[list[int]] = []
     offset = random_offset = 0
@@ -250,6 +280,15 @@ def verify(
         paths.append(path)
         offset += span
     return Verified(tokens, _emitted_logprobs(raw, all_rows, drafts, tokens, paths), paths)
+
+
+def _check_logits_rows(
+    logits: torch.Tensor, num_positions: int, logits_rows: Sequence[int] | None
+) -> None:
+    if logits_rows is None and logits.shape[0] != num_positions:
+        raise ValueError(f"{logits.shape[0]} logits rows for {num_positions} verified positions")
+    if logits_rows is not None and len(logits_rows) != num_positions:
+        raise ValueError(f"{len(logits_rows)} logits rows named for {num_positions} positions")
 
 
 def _accept_greedy(
@@ -292,7 +331,7 @@ def _random_probs(processed: torch.Tensor, rows: Sequence[SamplingRow]) -> torch
 
 
 def _emitted_logprobs(
-    raw: torch.Tensor,
+    raw: torch.Tensor | None,  # None: no row wants logprobs
     all_rows: Sequence[SamplingRow],
     drafts: Sequence[Sequence[int]],
     tokens: Sequence[list[int]],
@@ -300,6 +339,8 @@ def _emitted_logprobs(
 ) -> list[list[TokenLogprobs | None]]:
     """Logprobs of each emitted token under the row that produced it (the raw model logits): the
     root's row for the first, then the row of each accepted draft."""
+    if raw is None or all(row.params.logprobs is None for row in all_rows):
+        return [[None] * len(emitted) for emitted in tokens]
     picked_rows, picked_tokens, picked_index = [], [], []
     offset = 0
     for draft, emitted, path in zip(drafts, tokens, paths, strict=True):
@@ -308,11 +349,8 @@ def _emitted_logprobs(
             picked_rows.append(all_rows[offset + row])
             picked_tokens.append(token)
         offset += len(draft) + 1
-    if all(row.params.logprobs is None for row in picked_rows):
-        flat: list[TokenLogprobs | None] = [None] * len(picked_rows)
-    else:
-        index = torch.tensor(picked_index, device=raw.device)
-        flat = token_logprobs(raw[index], picked_tokens, picked_rows)
+    index = torch.tensor(picked_index, device=raw.device)
+    flat = token_logprobs(raw[index], picked_tokens, picked_rows)
     out, cursor = [], 0
     for emitted in tokens:
         out.append(flat[cursor : cursor + len(emitted)])
