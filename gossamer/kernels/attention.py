@@ -194,6 +194,11 @@ def _paged_attention_kernel(
     chunk = tl.cdiv(tl.cdiv(key_end - key_begin, num_splits), BLOCK_N) * BLOCK_N
     split_begin = key_begin + split * chunk
     split_end = tl.minimum(split_begin + chunk, key_end)
+    # Splits past the keys (a graph captured for long contexts replays short ones: at 1k keys 48
+    # of 64 splits are empty) neither store partials nor arrive; the merge counts the used ones.
+    used_splits = tl.cdiv(key_end - key_begin, chunk)
+    if MERGE and split >= used_splits:
+        return
 
     q_ptrs = (
         q_ptr
@@ -288,9 +293,9 @@ def _paged_attention_kernel(
             slot = (seq * (tl.num_programs(1) // num_splits) + kv_head) * tl.num_programs(0)
             slot += q_tile
             arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
-            if arrived == num_splits - 1:
+            if arrived == used_splits - 1:
                 out = _merge_rows(part_max_ptr, part_sum_ptr, part_acc_ptr, row_parts, row_valid,
-                                  sink, num_splits, BLOCK_M, HEAD_DIM, SPLITS_P2)  # fmt: skip
+                                  sink, used_splits, BLOCK_M, HEAD_DIM, SPLITS_P2)  # fmt: skip
                 tl.store(counter_ptr + slot, 0)  # ready for the next launch (graph replays too)
                 tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
     else:
@@ -363,7 +368,7 @@ def _merge_rows(
     row_parts,  # [BLOCK_M] index of each row's split 0 in the partials
     row_valid,  # [BLOCK_M]
     sink,  # [BLOCK_M] log2 units
-    num_splits,
+    num_splits,  # the splits that stored partials (the used ones, split 0 first)
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     SPLITS_P2: tl.constexpr,

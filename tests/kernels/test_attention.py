@@ -320,8 +320,9 @@ def test_in_kernel_merge_in_chunks(kernels, monkeypatch, case, unroll) -> None:
 def test_every_tile_counts_its_splits_in_its_own_slot(kernels, monkeypatch) -> None:
     """The interpreter runs the query tiles and kv heads one after another, so shared counter slots
     would still merge right there: count the arrivals instead, with counters that never reach a
-    merge. Every (query tile, kv head, seq) with rows gets num_splits arrivals in its own slot."""
-    batch = make_batch([(3, 20), (1, 9), (4, 4)])  # query tiles of 2: 2, 1 and 2 with rows
+    merge. Every (query tile, kv head, seq) with rows gets one arrival per split that holds keys
+    (splits past the tile's keys exit without one) in its own slot."""
+    batch = make_batch([(3, 40), (1, 9), (4, 4)])  # query tiles of 2: 2, 1 and 2 with rows
     device = batch.q.device
     start = -1000
     counters = torch.full((kernels.COUNTER_SLOTS,), start, dtype=torch.int32)
@@ -329,7 +330,9 @@ def test_every_tile_counts_its_splits_in_its_own_slot(kernels, monkeypatch) -> N
     run_tuned(kernels, batch, num_splits=3, block_n=16, block_q=2)
     arrivals = counters - start
     num_kv_heads = batch.kv_cache.shape[3]
-    assert sorted(arrivals[arrivals != 0].tolist()) == [3] * (2 + 1 + 2) * num_kv_heads
+    # keys per tile: 39 and 40 (3 chunks of 16), 9 (1), 2 and 4 (1 each)
+    expected = [1] * (1 + 2) * num_kv_heads + [3] * 2 * num_kv_heads
+    assert sorted(arrivals[arrivals != 0].tolist()) == expected
 
 
 def test_merge_kernel_when_counter_slots_run_out(kernels, merge_spy, monkeypatch) -> None:
