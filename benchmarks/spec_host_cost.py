@@ -2,6 +2,8 @@
 
     python benchmarks/spec_host_cost.py                          # batch 1 and 8, none/ngram/suffix/auto
     python benchmarks/spec_host_cost.py --methods auto --batch-sizes 8 --profile 25
+    python benchmarks/spec_host_cost.py --model gossamer/models/gpt-oss-mini --repeats 1 \
+        --breakdown                                              # the real model (GPU: see below)
 
 An EngineCore runs over an oracle model (`OracleModel`): its forward looks up, for each fed token,
 the token that follows it in its request's predetermined text, and returns one-hot logits. Greedy
@@ -24,13 +26,24 @@ timed one. Per method and batch: decode steps of the timed batch (prefill steps 
 per step, host ms per step (mean and median; speculative steps, that verified drafts, and plain
 steps apart) and host us per generated token, and a breakdown of the mean step by component.
 Times are this thread's CPU time (`--clock wall`: wall clock), so that other work on a shared
-machine does not inflate them; the best of `--repeats` runs by mean host time is shown.
+machine does not inflate them; the best of `--repeats` runs by mean host time is shown. The
+breakdown wraps each part (about a microsecond per call on top). NOTE: on the CPU the
+verification's argmax over the logits (here 1000 tokens a row) is host work; on the GPU it is a
+kernel.
+
+`--model PATH`: the same measurement with a real model and spec_decode.py e2e's workload (its chat
+prompts, rendered with Harmony when the checkpoint has a tokenizer, and its engine settings). On
+the GPU (CUDA graphs, start-up calibration as in e2e) every runner.run is followed by a device
+sync, and that wait is the "forward" subtracted: what remains is the step's host time, the
+breakdown says where it goes (overlapped plain decode steps then overlap no more). On the CPU the
+model's forward and logits are subtracted.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import platform
 import pstats
@@ -202,6 +215,54 @@ class Timers:
         return taken
 
 
+def oracle_engine(args, spec: SpecConfig | None, batch: int):
+    """(engine, the oracle model, prompts(seed)): prompts() also hands the model their texts."""
+    device_time = DeviceTime(MINI_STEP_MS, args.device_ms_scale, max_query=1 + 2 * args.k)
+    model = OracleModel(args.vocab, args.max_model_len, device_time)
+    model.clock = CLOCKS[args.clock]
+    engine = build_engine(args, spec, model, batch)
+
+    def prompts(seed: int) -> list[list[int]]:
+        texts = make_texts(args, batch, seed)
+        model.set_texts(texts)
+        return [text[: args.prompt_tokens] for text in texts]
+
+    return engine, model, prompts
+
+
+_LOADED: dict[str, object] = {}  # --model: loaded once per process
+
+
+def real_model_engine(args, spec: SpecConfig | None, batch: int):
+    """--model: (engine, ModelForward, prompts(seed)) with spec_decode.py e2e's workload (chat
+    prompts rendered with Harmony when the checkpoint has a tokenizer) and engine settings."""
+    from spec_decode import workload  # benchmarks/, beside this script
+
+    from gossamer.model.loader import load_model
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.model not in _LOADED:
+        _LOADED[args.model] = load_model(
+            args.model,
+            load_format=args.load_format,
+            device=device,
+            dtype="bfloat16" if device == "cuda" else "float32",
+            max_model_len=args.max_model_len,
+        )
+    loaded = _LOADED[args.model]
+    config = EngineConfig(
+        max_num_seqs=batch,
+        kv_cache_memory=8 << 30 if device == "cuda" else 1 << 30,
+        speculative_config=spec,
+        async_scheduling=args.async_scheduling,
+    )
+    engine = EngineCore(loaded.model, None, config)
+    if device == "cpu":  # the GPU's replay path, as for the oracle
+        _capture_eager_graphs(engine, spec, batch)
+    clock = CLOCKS["wall" if device == "cuda" else args.clock]
+    return engine, ModelForward(engine, clock), lambda seed: workload(loaded, batch, seed)
+
+
 def build_engine(args, spec: SpecConfig | None, model: OracleModel, batch: int) -> EngineCore:
     blocks_per_request = 2 * (-(-(args.prompt_tokens + args.max_tokens + 4 * args.k) // 16) + 2)
     config = EngineConfig(
@@ -213,11 +274,16 @@ def build_engine(args, spec: SpecConfig | None, model: OracleModel, batch: int) 
         warmup=False,
     )
     engine = EngineCore(model, None, config)
-    # the GPU's replay path (padding, uploads, output slices) for the uniform steps
+    _capture_eager_graphs(engine, spec, batch)
+    return engine
+
+
+def _capture_eager_graphs(engine: EngineCore, spec: SpecConfig | None, batch: int) -> None:
+    """The GPU's replay path (padding, uploads, output slices) for the uniform steps, on the CPU:
+    a "replay" runs the forward again on the same buffers."""
     sizes = [size for size in DEFAULT_GRAPH_SIZES if size <= batch]
     query_lens = (1,) if spec is None else (1, *(1 + k for k in spec.draft_len_ladder))
     engine.runner.capture_graphs(sizes, query_lens, EagerGraphCapture())
-    return engine
 
 
 def instrument(engine: EngineCore, clock) -> Timers:
@@ -271,21 +337,69 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def run_batch(engine: EngineCore, model: OracleModel, texts, args, row: Row | None, timers=None):
-    """Decode `texts` (their prompts) to the end; with `row`, record each decode step."""
-    model.set_texts(texts)
+class ModelForward:
+    """--model: what is subtracted from a step of a real model. On the GPU, the wait for the
+    device right after each runner.run (the forward's kernels, less what ran while the host
+    still filled and launched), so that the step's host time remains; the engine's own overlap
+    of plain decode steps is lost to that wait. On the CPU, the model's forward and logits."""
+
+    def __init__(self, engine: EngineCore, clock) -> None:
+        self.seconds = 0.0
+        self.clock = clock
+        runner = engine.runner
+        if runner.device.type == "cuda":
+            self._wait_after(runner)
+        else:
+            self._time_calls(runner.model)
+
+    def _wait_after(self, runner) -> None:
+        run = runner.run
+
+        def run_and_wait(*args, **kwargs):
+            logits = run(*args, **kwargs)
+            start = self.clock()
+            torch.cuda.synchronize()
+            self.seconds += self.clock() - start
+            return logits
+
+        runner.run = run_and_wait
+
+    def _time_calls(self, model) -> None:
+        """Wraps the model's forward and compute_logits once (engines share the model); the
+        wrappers add to the meter of the latest engine."""
+        model._forward_meter = self
+        if getattr(model, "_timed_by_spec_host_cost", False):
+            return
+        model._timed_by_spec_host_cost = True
+        for name in ("forward", "compute_logits"):
+            method = getattr(model, name)
+
+            def timed(*args, _method=method, **kwargs):
+                meter = model._forward_meter
+                start = meter.clock()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    meter.seconds += meter.clock() - start
+
+            setattr(model, name, timed)
+
+
+def run_batch(engine: EngineCore, forward, prompts, args, row: Row | None, timers=None):
+    """Decode `prompts` to the end; with `row`, record each decode step. `forward`: what to
+    subtract (an OracleModel, a ModelForward), its `seconds` and `clock`."""
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
-    for index, text in enumerate(texts):
-        engine.add_request(f"r{time.monotonic_ns()}-{index}", text[: args.prompt_tokens], params)
+    for index, prompt in enumerate(prompts):
+        engine.add_request(f"r{time.monotonic_ns()}-{index}", prompt, params)
     if timers is not None:
         timers.take()
-    clock = model.clock
+    clock = forward.clock
     # wall clock (the cpu clock costs a system call per event): time.sleep is the "device"
     profiler = cProfile.Profile() if row is not None and args.profile else None
     while engine.has_unfinished_requests():
         prompt_before = engine.stats.prompt_tokens
         drafts_before = engine.stats.spec_stats.get("num_drafts", 0)
-        forward_before = model.seconds
+        forward_before = forward.seconds
         if profiler is not None:
             profiler.enable()
         start = clock()
@@ -296,34 +410,35 @@ def run_batch(engine: EngineCore, model: OracleModel, texts, args, row: Row | No
         parts = timers.take() if timers is not None else {}
         if row is None or engine.stats.prompt_tokens != prompt_before:
             continue  # the warm-up, or a step that computed a prompt chunk
-        forward = model.seconds - forward_before
-        host_ms = 1e3 * (seconds - forward)
+        forward_seconds = forward.seconds - forward_before
+        host_ms = 1e3 * (seconds - forward_seconds)
         row.steps += 1
         row.tokens += sum(len(out.new_token_ids) for out in outputs)
         row.host_ms.append(host_ms)
-        row.forward_ms += 1e3 * forward
+        row.forward_ms += 1e3 * forward_seconds
         if engine.stats.spec_stats.get("num_drafts", 0) != drafts_before:
             row.spec_steps += 1
             row.spec_host_ms.append(host_ms)
         else:
             row.plain_host_ms.append(host_ms)
         if "runner.run" in parts:
-            parts["runner.run (less forward)"] = parts.pop("runner.run") - forward
+            parts["runner.run (less forward)"] = parts.pop("runner.run") - forward_seconds
         for name, value in parts.items():
             row.parts_ms[name] = row.parts_ms.get(name, 0.0) + 1e3 * value
     return profiler
 
 
 def measure(args, name: str, spec: SpecConfig | None, batch: int) -> tuple[Row, object]:
-    device_time = DeviceTime(MINI_STEP_MS, args.device_ms_scale, max_query=1 + 2 * args.k)
-    model = OracleModel(args.vocab, args.max_model_len, device_time)
-    model.clock = CLOCKS[args.clock]
-    engine = build_engine(args, spec, model, batch)
-    run_batch(engine, model, make_texts(args, batch, seed=1000 + batch), args, None)
-    timers = instrument(engine, model.clock) if args.breakdown and not args.profile else None
+    """One engine: a warm-up batch, then the timed one (other prompts)."""
+    if args.model:
+        engine, forward, prompts = real_model_engine(args, spec, batch)
+    else:
+        engine, forward, prompts = oracle_engine(args, spec, batch)
+    run_batch(engine, forward, prompts(1000 + batch), args, None)
+    timers = instrument(engine, forward.clock) if args.breakdown and not args.profile else None
     before = dict(engine.stats.spec_stats)
     row = Row(name, batch)
-    profiler = run_batch(engine, model, make_texts(args, batch, seed=batch), args, row, timers)
+    profiler = run_batch(engine, forward, prompts(batch), args, row, timers)
     after = engine.stats.spec_stats
     row.spec_stats = {
         key: after[key] - before.get(key, 0) for key in after if key.startswith("num_")
@@ -371,6 +486,13 @@ def main() -> None:
         help="sleep this times mini's H200 step time per forward (0: none)",
     )
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a real model instead of the oracle (checkpoint folder or preset; on the GPU: "
+        "wall clock, a device sync after each runner.run)",
+    )
+    parser.add_argument("--load-format", choices=("auto", "dummy"), default="auto")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     parser.add_argument(
         "--breakdown", action="store_true", help="time the step's parts (adds a little to each)"
@@ -388,7 +510,10 @@ def main() -> None:
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         for name, spec in method_configs(args).items():
             repeats = 1 if args.profile else args.repeats
-            results = [measure(args, name, spec, batch) for _ in range(repeats)]
+            results = []
+            for _ in range(repeats):
+                results.append(measure(args, name, spec, batch))
+                _free_device_memory()
             row, profiler = min(results, key=lambda result: result[0].mean_host_ms)
             rows.append(row)
             print(HEADER)
@@ -398,6 +523,13 @@ def main() -> None:
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
     if args.json:
         _write_json(args, rows)
+
+
+def _free_device_memory() -> None:
+    """--model on the GPU: the last engine's KV cache and graphs go before the next one's."""
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _write_json(args, rows: list[Row]) -> None:

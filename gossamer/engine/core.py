@@ -499,10 +499,11 @@ class BlockTables:
     """A request's block tables, one int32 row per cache group, updated in place from the
     scheduler's increments so that a step never rebuilds whole tables."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "_views")
 
     def __init__(self, num_groups: int, max_blocks: int) -> None:
         self.rows = np.zeros((num_groups, max_blocks), dtype=np.int32)
+        self._views: tuple[int, tuple[np.ndarray, ...]] = (-1, ())  # (num_blocks, views)
 
     def apply(self, start: int, new_ids: tuple[tuple[int, ...], ...]) -> None:
         for group, ids in enumerate(new_ids):
@@ -510,8 +511,11 @@ class BlockTables:
                 self.rows[group, start : start + len(ids)] = ids
 
     def views(self, num_blocks: int) -> tuple[np.ndarray, ...]:
-        """The first `num_blocks` entries of each group's table."""
-        return tuple(self.rows[:, :num_blocks])
+        """The first `num_blocks` entries of each group's table (views: `apply` shows through,
+        so they are made again only when a step's table grows or shrinks)."""
+        if self._views[0] != num_blocks:
+            self._views = (num_blocks, tuple(self.rows[:, :num_blocks]))
+        return self._views[1]
 
 
 def _blocks_for_budget(model, layout: KVCacheLayout, config: EngineConfig) -> int:

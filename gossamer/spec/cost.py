@@ -350,6 +350,7 @@ class DraftLengthChooser:
         self._records = 0
         self._rates_key = (-1, -1)
         self._rates: dict[tuple[str | None, str], list[float]] = {}  # (request|None, method)
+        self._gains: dict[tuple[str, str], list[float]] = {}  # (request, method): all positions
         self._expected: dict[tuple[str, str], float] = {}  # (request, method) -> accepted
 
     def use_measured_table(self, table: Sequence[tuple[int, Sequence[tuple[float, float]]]]):
@@ -417,17 +418,27 @@ class DraftLengthChooser:
         if key != self._rates_key:
             self._rates_key = key
             self._rates.clear()
+            self._gains.clear()
             self._expected.clear()
         return self._rates
+
+    def _all_gains(self, request_id: str, method: str, step: int) -> list[float]:
+        """gains(rates, num_positions) of the request and method; gains(rates, k) is its first
+        k (a running product), so one list serves every draft length."""
+        rates = self.rates(request_id, method, step)  # first: it may empty the caches
+        key = (request_id, method)
+        all_gains = self._gains.get(key)
+        if all_gains is None:
+            all_gains = self._gains[key] = gains(rates, self.num_positions)
+        return all_gains
 
     def expected_accepted(self, request_id: str, method: str, step: int) -> float:
         """Accepted drafts the request can expect from `method` with every position drafted:
         what "auto" ranks the methods of a request by."""
-        rates = self.rates(request_id, method, step)  # first: it may empty the caches
+        all_gains = self._all_gains(request_id, method, step)  # first: it may empty the caches
         expected = self._expected.get((request_id, method))
         if expected is None:
-            expected = sum(gains(rates, self.num_positions))
-            self._expected[(request_id, method)] = expected
+            expected = self._expected[(request_id, method)] = sum(all_gains)
         return expected
 
     def best_rates(self, step: int) -> list[float]:
@@ -474,7 +485,7 @@ class DraftLengthChooser:
         """Drafts per entry of `wanted` (0 = none). `charge_host`: the proposers' host time is
         still to be spent (before proposing), so it counts against speculating."""
         request_gains = [
-            gains(self.rates(request_id, method, step), length)
+            self._all_gains(request_id, method, step)[:length]
             for request_id, method, length in wanted
         ]
         request_gains += [[]] * (num_decodes - len(wanted))
