@@ -11,8 +11,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   none         all three off
   router_split the router + routing launch without the norm in it (the norm kernel first)
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
-  ahead1/2     the batch-1 MoE GEMVs load each step's scales (1), and its x words too (2), a step
-               early (the AHEAD constexpr of moe_mxfp4's fp16 GEMVs)
+  ahead0/1/2   both batch-1 MoE GEMVs load each step's scales (1), and its x words too (2), a step
+               early (the AHEAD constexpr of moe_mxfp4's fp16 GEMVs; the default: down 2, gate_up 0)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -49,9 +49,11 @@ VARIANTS = {
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
     "router_split": {"router_norm": False},
     "no_router": {"fused_router": False},
-    # the batch-1 MoE GEMVs load a step's scales (1), and its x words too (2), a step early
-    "ahead1": {"moe_ahead": 1},
-    "ahead2": {"moe_ahead": 2},
+    # (gate_up, down) AHEAD of the batch-1 MoE GEMVs: each step's scales (1), and its x words too
+    # (2), loaded a step early; the default is (0, 2)
+    "ahead1": {"moe_ahead": (1, 1)},
+    "ahead2": {"moe_ahead": (2, 2)},
+    "ahead0": {"moe_ahead": (0, 0)},
 }
 
 
@@ -61,9 +63,9 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
-    ahead = {"AHEAD": variant.get("moe_ahead", defaults["moe_ahead"])}
-    moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | ahead
-    moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | ahead
+    gate_up_ahead, down_ahead = variant.get("moe_ahead", defaults["moe_ahead"])
+    moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | {"AHEAD": gate_up_ahead}
+    moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | {"AHEAD": down_ahead}
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -120,7 +122,8 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
                 "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "down": moe_mxfp4.DECODE_FP16_DOWN,
-                "moe_ahead": moe_mxfp4.DECODE_FP16_GATE_UP.get("AHEAD", 0)}  # fmt: skip
+                "moe_ahead": (moe_mxfp4.DECODE_FP16_GATE_UP.get("AHEAD", 0),
+                              moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0))}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)

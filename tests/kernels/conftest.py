@@ -17,6 +17,10 @@ import torch
 
 if torch.cuda.is_available():
     import triton.language  # noqa: F401
+
+    # NOTE: pdl.py's gdc_wait lives here; imported first by an interpreted copy (with
+    # TRITON_INTERPRET=1 set while it loads), it would be interpreted for the compiled kernels too
+    import triton.language.extra.cuda  # noqa: F401
 else:
     _previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"

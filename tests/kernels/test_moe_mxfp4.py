@@ -737,10 +737,15 @@ def test_gpu_120b_fp16_gemv_loads_a_step_ahead(experts_120b, ahead):
     x, logits = _inputs_120b(2, seed=400 + ahead)
     experts = _fp16_lanes(experts_120b)
     args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
-    configs = {"gate_up_config": moe_mxfp4.DECODE_FP16_GATE_UP | {"AHEAD": ahead},
-               "down_config": moe_mxfp4.DECODE_FP16_DOWN | {"AHEAD": ahead}}  # fmt: skip
-    out = moe_mxfp4.moe_mxfp4_decode_fp16(*args, **configs)
-    assert torch.equal(out, moe_mxfp4.moe_mxfp4_decode_fp16(*args))
+    out, without = (
+        moe_mxfp4.moe_mxfp4_decode_fp16(
+            *args,
+            gate_up_config=moe_mxfp4.DECODE_FP16_GATE_UP | {"AHEAD": value},
+            down_config=moe_mxfp4.DECODE_FP16_DOWN | {"AHEAD": value},
+        )
+        for value in (ahead, 0)
+    )
+    assert torch.equal(out, without)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
 
 
