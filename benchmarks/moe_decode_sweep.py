@@ -118,10 +118,33 @@ def ahead_ab(experts, inputs, rounds: int) -> list[dict]:
     return rows
 
 
+# Down configs around the default, each with AHEAD 2 (rows, groups per step, warps).
+DOWN_AHEAD = [(1, 16, 1), (1, 32, 1), (2, 16, 1), (2, 16, 2), (1, 16, 2), (4, 16, 4)]
+
+
+def down_ahead_sweep(experts, inputs, rounds: int) -> list[dict]:
+    """DOWN_AHEAD beside the default gate_up, in turn `rounds` times: median us per layer."""
+    configs = [
+        {"BLOCK_ROWS": r, "GROUPS_PER_STEP": g, "SPLIT_K": 1, "num_warps": w, "AHEAD": 2}
+        for r, g, w in DOWN_AHEAD
+    ]
+    times: list[list[float]] = [[] for _ in configs]
+    for _ in range(rounds):
+        for runs, down in zip(times, configs, strict=True):
+            runs.append(time_config(experts, inputs, moe.DECODE_FP16_GATE_UP, down) * 1e6)
+    rows = []
+    for down, us in zip(configs, times, strict=True):
+        rows.append({"kernel": "down_ahead", "config": down, "us": statistics.median(us)})
+        print(f"down {[down[k] for k in ('BLOCK_ROWS', 'GROUPS_PER_STEP', 'num_warps')]} "
+              f"AHEAD 2: {statistics.median(us):6.1f} us")  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", default=None)
     parser.add_argument("--ahead", type=int, default=0, help="rounds of the AHEAD A/B only")
+    parser.add_argument("--down-ahead", action="store_true", help="with --ahead: DOWN_AHEAD too")
     args = parser.parse_args()
     bandwidth = copy_bandwidth()
     experts = make_experts()
@@ -130,6 +153,8 @@ def main() -> None:
     print(f"# copy {bandwidth / 1e12:.2f} TB/s; floor {floor_us:.1f} us per MoE layer at T=1")
     if args.ahead:
         rows = ahead_ab(experts, inputs, args.ahead)
+        if args.down_ahead:
+            rows += down_ahead_sweep(experts, inputs, args.ahead)
         if args.json:
             Path(args.json).write_text(json.dumps({"floor_us": floor_us, "rows": rows}))
         return
