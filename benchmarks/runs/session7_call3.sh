@@ -12,3 +12,4 @@ TAILN=16 step decode 160 python3 benchmarks/decode_speed.py --models gpt-oss-120
 TAILN=6 step tp120 110 python3 benchmarks/throughput.py --models gpt-oss-120b --concurrency 1 --input-len 1024 --output-len 512 --json $R/tp120.json
 TAILN=24 step spec_e2e 150 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto,auto-guard --batch-sizes 1,8 --max-tokens 256 --json $R/spec_e2e.json
 TAILN=18 step ahead_down 80 python3 benchmarks/moe_decode_sweep.py --ahead 3 --down-ahead --json $R/ahead_down.json
+TAILN=24 step spec_host 100 python3 benchmarks/spec_host_cost.py --model gossamer/models/gpt-oss-mini --repeats 1 --breakdown --methods none,ngram,auto --json $R/spec_host.json
