@@ -196,7 +196,7 @@ def _paged_attention_kernel(
     split_end = tl.minimum(split_begin + chunk, key_end)
     # Splits past the keys (a graph captured for long contexts replays short ones: at 1k keys 48
     # of 64 splits are empty) neither store partials nor arrive; the merge counts the used ones.
-    used_splits = tl.cdiv(key_end - key_begin, chunk)
+    used_splits = tl.maximum(tl.cdiv(key_end - key_begin, tl.maximum(chunk, 1)), 1)  # 0 keys: 1
     if MERGE and split >= used_splits:
         return
 
