@@ -16,11 +16,20 @@ import os
 import torch
 
 if torch.cuda.is_available():
+    import importlib
+    import pkgutil
+
     import triton.language  # noqa: F401
 
-    # NOTE: pdl.py's gdc_wait lives here; imported first by an interpreted copy (with
-    # TRITON_INTERPRET=1 set while it loads), it would be interpreted for the compiled kernels too
-    import triton.language.extra.cuda  # noqa: F401
+    import gossamer.kernels
+
+    # NOTE: the regular kernel modules are imported here, compiled. An interpreted copy loads with
+    # TRITON_INTERPRET=1 set, and a regular module first imported then (through the copy's other
+    # imports) would get interpreted jit functions: on the H200 (seventh session) every GPU test
+    # of a process whose first test module loaded copies failed to compile ("Unsupported function
+    # referenced: InterpretedFunction" at pdl.wait).
+    for _module in pkgutil.iter_modules(gossamer.kernels.__path__):
+        importlib.import_module(f"gossamer.kernels.{_module.name}")
 else:
     _previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
