@@ -4,12 +4,12 @@
     python benchmarks/decode_speed.py --models gpt-oss-20b --batch-sizes 1 --contexts 1024
 
 For each model: time to first token of a 1k prompt (a real prefill), batch-1 decode tok/s at each
-context, and decode-step throughput at larger batches, each timed twice: `decode` with a host round
-trip per step (tokens to the host and back) and `fed` with tokens fed on the device as the
-overlapped engine feeds them (their contexts are filled with random KV
-rather than prefilled, which costs the same to read). Each row carries its floor: the bytes one step
-must read (weights actually touched + KV) over the device-to-device copy bandwidth measured in the
-same run. Results go to stdout as a table and to --json.
+context, and decode-step throughput at larger batches (their contexts are filled with random KV
+rather than prefilled, which costs the same to read). Each decode row is timed twice: `decode` with
+a host round trip per step (tokens to the host and back), `fed` with each step's token fed on the
+device, as the overlapped engine feeds it. Each row carries its floor: the bytes one step must read
+(weights actually touched + KV) over the device-to-device copy bandwidth measured in the same run.
+Results go to stdout as a table and to --json.
 """
 
 from __future__ import annotations
