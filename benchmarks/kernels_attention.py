@@ -1,6 +1,12 @@
 """Triton paged attention (gossamer/kernels/attention.py) on gpt-oss-120b shapes, beside its byte floor.
 
     python benchmarks/kernels_attention.py          # prints a table; writes $OUT/kernels_attention.json
+    python benchmarks/kernels_attention.py --min-split-keys 64,128,256,512 [--graph-max-len 131072]
+
+The second form sweeps the decode launch's keys-per-split minimum (attention.DECODE_MIN_SPLIT_KEYS)
+at batch 1 and 8 (1k and 8k context, full and sliding layers); --graph-max-len launches as a graph
+captured for that context would (max_seq_len = it; the real lengths stay 1k / 8k), as the engine's
+decode graphs do.
 
 Decode rows: batch 1 and 64 at 1k and 8k context, full and sliding (window 128) layers. Each row is
 timed like the model runs it: one CUDA graph holding the op on `layers` different layer caches (so
@@ -12,6 +18,7 @@ torch reference (`ok` column). Prefill rows: one 1k-token prompt, and a 1k chunk
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -44,14 +51,20 @@ class Row:
     bytes: float
     tflops: float
     ok: bool | None
+    min_split_keys: int | None = None  # the decode launch's override (sweep rows)
+    launch_max_len: int | None = None  # max_seq_len the launch was sized for, if not the context
 
     def line(self) -> str:
         pct = 100 * self.floor_us / self.us if self.us else 0.0
         tb_s = self.bytes / self.us / 1e6 if self.us else 0.0
         ok = {True: "ok", False: "MISMATCH", None: "-"}[self.ok]
+        sweep = ""
+        if self.min_split_keys is not None:
+            sweep = f" min_split_keys={self.min_split_keys} launch_max_len={self.launch_max_len}"
         return (
             f"{self.kind:8s} {self.layer:7s} {self.batch:5d} {self.context:6d} {self.query_len:5d} "
             f"{self.us:9.1f} {self.floor_us:9.1f} {pct:5.0f}% {tb_s:6.2f} {self.tflops:7.1f} {ok}"
+            f"{sweep}"
         )
 
 
@@ -113,7 +126,14 @@ def visible_pairs(seqs: list[tuple[int, int]], window: int | None) -> tuple[int,
     return keys, pairs
 
 
-def bench_attention(kind: str, seqs: list[tuple[int, int]], window: int | None, bw: float) -> Row:
+def bench_attention(
+    kind: str,
+    seqs: list[tuple[int, int]],
+    window: int | None,
+    bw: float,
+    min_split_keys: int | None = None,
+    launch_max_len: int | None = None,
+) -> Row:
     keys, pairs = visible_pairs(seqs, window)
     num_tokens = sum(query_len for query_len, _ in seqs)
     elem = torch.finfo(DTYPE).bits // 8
@@ -125,7 +145,14 @@ def bench_attention(kind: str, seqs: list[tuple[int, int]], window: int | None, 
     scale = HEAD_DIM**-0.5
 
     def one_layer(layer: int) -> torch.Tensor:
-        return kernels.attention(q, kv_cache[layer], metadata, 0, sinks, scale, window)
+        if min_split_keys is None and launch_max_len is None:
+            return kernels.attention(q, kv_cache[layer], metadata, 0, sinks, scale, window)
+        return kernels.paged_attention(
+            q, kv_cache[layer], metadata.query_start_loc, metadata.seq_lens,
+            metadata.block_tables[0], metadata.max_query_len,
+            launch_max_len or metadata.max_seq_len, sinks, scale, window,
+            min_split_keys=min_split_keys,
+        )  # fmt: skip
 
     out = one_layer(0)
     expected = TorchOps().attention(q, kv_cache[0], metadata, 0, sinks, scale, window)
@@ -145,6 +172,8 @@ def bench_attention(kind: str, seqs: list[tuple[int, int]], window: int | None, 
         bytes=total_bytes,
         tflops=4 * pairs * NUM_Q_HEADS * HEAD_DIM / seconds / 1e12,
         ok=ok,
+        min_split_keys=min_split_keys,
+        launch_max_len=launch_max_len,
     )
 
 
@@ -167,7 +196,43 @@ def bench_write_kv(num_tokens: int, bw: float) -> Row:
     return Row("write_kv", "-", num_tokens, 0, 1, seconds * 1e6, moved / bw * 1e6, moved, 0.0, ok)
 
 
+def sweep_cases(min_split_keys: list[int], launch_max_len: int | None) -> list[tuple]:
+    """(kind, seqs, window, min_split_keys, launch_max_len) of the keys-per-split sweep."""
+    cases = []
+    for batch in (1, 8):
+        for context in (1024, 8192):
+            for window in (None, WINDOW):
+                for keys in min_split_keys:
+                    cases.append(("decode", [(1, context)] * batch, window, keys, launch_max_len))
+    return cases
+
+
+def default_cases() -> list[tuple]:
+    cases = []
+    for batch in (1, 64):
+        for context in (1024, 8192):
+            for window in (None, WINDOW):
+                cases.append(("decode", [(1, context)] * batch, window, None, None))
+    for window in (None, WINDOW):
+        cases.append(("prefill", [(1024, 1024)], window, None, None))
+        cases.append(("prefill", [(1024, 8192)], window, None, None))
+    return cases
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--min-split-keys",
+        default=None,
+        help="comma-separated keys-per-split minima to sweep (decode rows only)",
+    )
+    parser.add_argument(
+        "--graph-max-len",
+        type=int,
+        default=None,
+        help="size the sweep's launches for this max_seq_len (engine graphs)",
+    )
+    args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
     print(
@@ -177,19 +242,17 @@ def main() -> None:
     )
     print(HEADER)
     rows: list[Row] = []
-    cases = []
-    for batch in (1, 64):
-        for context in (1024, 8192):
-            for window in (None, WINDOW):
-                cases.append(("decode", [(1, context)] * batch, window))
-    for window in (None, WINDOW):
-        cases.append(("prefill", [(1024, 1024)], window))
-        cases.append(("prefill", [(1024, 8192)], window))
-    for kind, seqs, window in cases:
-        row = bench_attention(kind, seqs, window, bw)
+    sweep = args.min_split_keys is not None
+    if sweep:
+        keys = [int(k) for k in args.min_split_keys.split(",")]
+        cases = sweep_cases(keys, args.graph_max_len)
+    else:
+        cases = default_cases()
+    for case in cases:
+        row = bench_attention(*case[:3], bw, *case[3:])
         print(row.line(), flush=True)
         rows.append(row)
-    for num_tokens in (1, 64, 1024):
+    for num_tokens in () if sweep else (1, 64, 1024):
         row = bench_write_kv(num_tokens, bw)
         print(row.line(), flush=True)
         rows.append(row)
@@ -203,7 +266,8 @@ def main() -> None:
             "copy_bandwidth_bytes_per_s": bw,
             "rows": [asdict(row) for row in rows],
         }
-        path = Path(out_dir) / "kernels_attention.json"
+        name = "kernels_attention_splits.json" if sweep else "kernels_attention.json"
+        path = Path(out_dir) / name
         path.write_text(json.dumps(result, indent=2))
         print(f"# wrote {path}")
 

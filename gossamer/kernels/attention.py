@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +74,13 @@ DECODE_MAX_QUERY_LEN = 8
 MAX_SPLITS = 64
 # Decode launches split keys until about this many programs per SM exist (latency hiding at batch 1).
 PROGRAMS_PER_SM = 4
+# Keys per split at least (a multiple of DECODE_BLOCK_N). A split's partials, its arrival and the
+# merge are about three dependent trips through L2, while one more key iteration in a program is
+# one pipelined load: short contexts (a 128-key sliding window, 1k keys at batch 1) may be faster
+# in fewer, longer splits. Applied on the device, from the real sequence length, so graphs captured
+# at max_model_len follow it too; when only one split is left it writes the output itself.
+# GOSSAMER_ATTN_MIN_SPLIT_KEYS for A/B runs (benchmarks/kernels_attention.py --min-split-keys).
+DECODE_MIN_SPLIT_KEYS = int(os.environ.get("GOSSAMER_ATTN_MIN_SPLIT_KEYS", "64"))
 # Split launches merge their partials in the attention kernel (the tile's last program) instead of
 # a second launch (issue #8: the merge kernel cost 1.26 us per layer plus a launch gap on the H200).
 # A switch for A/B measurements.
@@ -128,6 +136,7 @@ def _paged_attention_kernel(
     scale_log2,  # softmax scale * log2(e)
     window,  # sliding window (used when SLIDING)
     num_splits,
+    min_chunk,  # keys per split at least, a multiple of BLOCK_N (DECODE_MIN_SPLIT_KEYS)
     num_q_heads,
     stride_q_tok,
     stride_q_head,
@@ -192,6 +201,7 @@ def _paged_attention_kernel(
     else:
         key_begin = 0
     chunk = tl.cdiv(tl.cdiv(key_end - key_begin, num_splits), BLOCK_N) * BLOCK_N
+    chunk = tl.maximum(chunk, min_chunk)
     split_begin = key_begin + split * chunk
     split_end = tl.minimum(split_begin + chunk, key_end)
     # Splits past the keys (a graph captured for long contexts replays short ones: at 1k keys 48
@@ -278,7 +288,12 @@ def _paged_attention_kernel(
         + row_head[:, None] * stride_o_head
         + offs_d[None, :]
     )
-    if SPLIT:
+    # With the in-kernel merge, a tile whose keys all fell into one split (a short context in a
+    # launch sized for long ones) is finished here: no partials, no arrival, no merge.
+    finish_here = not SPLIT  # a compile-time True or False, except with the merge
+    if MERGE:
+        finish_here = used_splits == 1
+    if not finish_here:
         row_parts = (token * num_q_heads + row_head) * num_splits  # [BLOCK_M]: split 0's partial
         part = row_parts + split
         tl.store(part_max_ptr + part, row_max, mask=row_valid)
@@ -615,9 +630,11 @@ def paged_attention(
     block_n: int | None = None,
     block_q: int | None = None,
     new_kv: NewKV | None = None,
+    min_split_keys: int | None = None,
 ) -> torch.Tensor:
-    """The attention op with explicit arguments. `num_splits`, `block_n` and `block_q` override the
-    launch heuristics (tests use them to force several splits, tiles and iterations on tiny shapes).
+    """The attention op with explicit arguments. `num_splits`, `block_n`, `block_q` and
+    `min_split_keys` (decode) override the launch heuristics (tests use them to force several
+    splits, tiles and iterations on tiny shapes; benchmarks sweep them).
     With `new_kv` (one query token per sequence, no tree): q is un-rotated, and the kernel rotates
     it and writes the new keys and values first (a ROPE_KV launch, see the module doc).
     """
@@ -639,13 +656,17 @@ def paged_attention(
     if decode:
         block_q = block_q or triton.next_power_of_2(max(max_query_len, 1))
         block_n = block_n or DECODE_BLOCK_N
+        if min_split_keys is None:  # forced splits (tests) keep chunks as short as block_n
+            min_split_keys = DECODE_MIN_SPLIT_KEYS if num_splits is None else block_n
+        min_chunk = triton.cdiv(max(min_split_keys, 1), block_n) * block_n
         if num_splits is None:
             visible = _max_visible_keys(max_seq_len, max_query_len, sliding_window)
-            num_splits = _decode_splits(num_seqs, num_kv_heads, visible, block_n, q.device)
+            num_splits = _decode_splits(num_seqs, num_kv_heads, visible, min_chunk, q.device)
     else:
         block_q = block_q or max(1, PREFILL_ROWS // triton.next_power_of_2(group_size))
         block_n = block_n or PREFILL_BLOCK_N
         num_splits = num_splits or 1
+        min_chunk = block_n
     block_m = max(16, triton.next_power_of_2(block_q * group_size))
     split = num_splits > 1
     if split:
@@ -681,6 +702,7 @@ def paged_attention(
         scale * LOG2E,
         sliding_window or 0,
         num_splits,
+        min_chunk,
         num_q_heads,
         q.stride(0),
         q.stride(1),
@@ -849,13 +871,13 @@ def _max_visible_keys(max_seq_len: int, max_query_len: int, sliding_window: int 
 
 
 def _decode_splits(
-    num_seqs: int, num_kv_heads: int, visible_keys: int, block_n: int, device: torch.device
+    num_seqs: int, num_kv_heads: int, visible_keys: int, min_chunk: int, device: torch.device
 ) -> int:
-    """Enough splits for about PROGRAMS_PER_SM programs per SM, but never more than the key
-    iterations. A power of two (rounded down) so that few merge kernels get compiled."""
+    """Enough splits for about PROGRAMS_PER_SM programs per SM, but never more than chunks of
+    min_chunk keys. A power of two (rounded down) so that few merge kernels get compiled."""
     programs = num_seqs * num_kv_heads
     wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), programs)
-    splits = min(wanted, triton.cdiv(visible_keys, block_n), MAX_SPLITS)
+    splits = min(wanted, triton.cdiv(visible_keys, min_chunk), MAX_SPLITS)
     return 1 << int(math.log2(max(splits, 1)))
 
 

@@ -276,6 +276,18 @@ IN_KERNEL_MERGES = {
         dict(sliding_window=6),
         dict(num_splits=3, block_n=16, block_q=2),
     ),
+    # chunks of at least 32 keys: the 20-key and 1-key sequences finish in their one split (no
+    # partials, no arrival), the 70-key one merges 3 of the 4 launched splits
+    "min_split_keys": (
+        [(1, 20), (1, 70), (1, 1)],
+        {},
+        dict(num_splits=4, block_n=16, min_split_keys=32),
+    ),
+    "min_split_keys_sliding": (
+        [(1, 30), (1, 3)],
+        dict(sliding_window=8),
+        dict(num_splits=2, block_n=16, min_split_keys=64),
+    ),
     "fp16": (
         [(1, 70), (1, 33)],
         dict(dtype=torch.float16, head_dim=32, block_size=32),
@@ -320,8 +332,9 @@ def test_in_kernel_merge_in_chunks(kernels, monkeypatch, case, unroll) -> None:
 def test_every_tile_counts_its_splits_in_its_own_slot(kernels, monkeypatch) -> None:
     """The interpreter runs the query tiles and kv heads one after another, so shared counter slots
     would still merge right there: count the arrivals instead, with counters that never reach a
-    merge. Every (query tile, kv head, seq) with rows gets one arrival per split that holds keys
-    (splits past the tile's keys exit without one) in its own slot."""
+    merge. Every (query tile, kv head, seq) whose keys span several splits gets one arrival per
+    split that holds keys (splits past the tile's keys exit without one) in its own slot; a tile
+    whose keys fit one split finishes there, without an arrival."""
     batch = make_batch([(3, 40), (1, 9), (4, 4)])  # query tiles of 2: 2, 1 and 2 with rows
     device = batch.q.device
     start = -1000
@@ -330,8 +343,8 @@ def test_every_tile_counts_its_splits_in_its_own_slot(kernels, monkeypatch) -> N
     run_tuned(kernels, batch, num_splits=3, block_n=16, block_q=2)
     arrivals = counters - start
     num_kv_heads = batch.kv_cache.shape[3]
-    # keys per tile: 39 and 40 (3 chunks of 16), 9 (1), 2 and 4 (1 each)
-    expected = [1] * (1 + 2) * num_kv_heads + [3] * 2 * num_kv_heads
+    # keys per tile: 39 and 40 (3 chunks of 16), 9 (1), 2 and 4 (1 each: no arrival)
+    expected = [3] * 2 * num_kv_heads
     assert sorted(arrivals[arrivals != 0].tolist()) == expected
 
 
