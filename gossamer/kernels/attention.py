@@ -74,6 +74,10 @@ DECODE_MAX_QUERY_LEN = 8
 MAX_SPLITS = 64
 # Decode launches split keys until about this many programs per SM exist (latency hiding at batch 1).
 PROGRAMS_PER_SM = 4
+# ROPE_KV launches load their first key tile (block ids, K, V) before the PDL wait, so that its trip
+# from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
+# GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
+EARLY_KV = os.environ.get("GOSSAMER_ATTN_EARLY_KV", "1") != "0"
 # Keys per split at least (a multiple of DECODE_BLOCK_N). A split's partials, its arrival and the
 # merge are about three dependent trips through L2, while one more key iteration in a program is
 # one pipelined load: short contexts (a 128-key sliding window, 1k keys at batch 1) may be faster
@@ -93,8 +97,10 @@ COUNTER_SLOTS = 16384
 # Rows x splits of partials the in-kernel merge loads at once ([rows, splits, HEAD_DIM] fp32). Up to
 # MERGE_UNROLL rows x splits in all its chunks are unrolled, so that their loads overlap; beyond, a
 # loop (sm_90, triton 3.6: BLOCK_M 64 x 64 splits unrolled spills, smaller tiles use <= 230 regs).
+# Unrolled chunks cover all SPLITS_P2 splits, masked past the used ones; the loop runs over the used
+# ones only (a graph captured at 131k replaying 1k: 16 of 64). GOSSAMER_ATTN_MERGE_UNROLL: A/B runs.
 MERGE_CHUNK = tl.constexpr(128)
-MERGE_UNROLL = tl.constexpr(2048)
+MERGE_UNROLL = tl.constexpr(int(os.environ.get("GOSSAMER_ATTN_MERGE_UNROLL", "2048")))
 DECODE_BLOCK_N = 64  # keys per loop iteration (64 keys x 64 dims x 2 bytes = 8 KB of K, 8 KB of V)
 PREFILL_BLOCK_N = 64
 PREFILL_ROWS = 128  # query rows (tokens x GQA heads) per prefill tile
@@ -165,8 +171,10 @@ def _paged_attention_kernel(
     DOT_PRECISION: tl.constexpr,
     ROPE_KV: tl.constexpr,  # q is un-rotated; rotate it, and write the new key (see module doc)
     PDL: tl.constexpr,
+    EARLY_KV: tl.constexpr = False,  # ROPE_KV only: the first key tile is loaded before the wait
 ):
-    pdl.wait(PDL)
+    if not EARLY_KV:
+        pdl.wait(PDL)
     # Later query tiles see more keys: start them first.
     q_tile = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1) // num_splits
@@ -209,6 +217,17 @@ def _paged_attention_kernel(
     used_splits = tl.maximum(tl.cdiv(key_end - key_begin, tl.maximum(chunk, 1)), 1)  # 0 keys: 1
     if MERGE and split >= used_splits:
         return
+    offs_n = tl.arange(0, BLOCK_N)
+    block_table_row = block_tables_ptr + seq * stride_bt_seq
+    cache_head_offset = kv_head * stride_c_head
+    if EARLY_KV:
+        # NOTE: before the wait. The metadata was uploaded before the step's first kernel, and
+        # this layer's cache was last written by earlier steps, except the new token's slot,
+        # which this launch writes below: its row of the tile is replaced in registers then.
+        first_k, first_v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, split_begin,
+                                    split_end, offs_n, offs_d, cache_head_offset, stride_c_block,
+                                    stride_c_tok, BLOCK_SIZE)  # fmt: skip
+        pdl.wait(PDL)
 
     q_ptrs = (
         q_ptr
@@ -223,10 +242,16 @@ def _paged_attention_kernel(
         q = q.to(q_ptr.dtype.element_ty)  # what rope.py stores, and attention loads
         if (split_begin <= first_pos) & (first_pos < split_end):  # this split holds the new key
             cache_head_offsets = kv_head * stride_c_head + offs_d  # [HEAD_DIM]
-            _write_new_kv(k_new_ptr, v_new_ptr, positions_ptr, cos_sin_ptr, slot_mapping_ptr,
-                          k_cache_ptr, v_cache_ptr, q_begin, kv_head, cache_head_offsets,
-                          stride_k_new_tok, stride_k_new_head, stride_v_new_tok, stride_v_new_head,
-                          stride_cos_sin, stride_c_block, stride_c_tok, HEAD_DIM, BLOCK_SIZE)  # fmt: skip
+            new_k, new_v, stored = _write_new_kv(
+                k_new_ptr, v_new_ptr, positions_ptr, cos_sin_ptr, slot_mapping_ptr, k_cache_ptr,
+                v_cache_ptr, q_begin, kv_head, cache_head_offsets, stride_k_new_tok,
+                stride_k_new_head, stride_v_new_tok, stride_v_new_head, stride_cos_sin,
+                stride_c_block, stride_c_tok, HEAD_DIM, BLOCK_SIZE,
+            )  # fmt: skip
+            if EARLY_KV:  # the tile was loaded before the store: the stored bits, in registers
+                is_new = (split_begin + offs_n == first_pos) & stored
+                first_k = tl.where(is_new[:, None], new_k[None, :], first_k)
+                first_v = tl.where(is_new[:, None], new_v[None, :], first_v)
         tl.debug_barrier()  # this program's cache stores above are visible to its loads below
     else:
         q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
@@ -238,23 +263,21 @@ def _paged_attention_kernel(
     row_max = sink  # [BLOCK_M] running max in log2 units; starts at the sink (see module doc)
     row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    offs_n = tl.arange(0, BLOCK_N)
-    block_table_row = block_tables_ptr + seq * stride_bt_seq
-    cache_head_offset = kv_head * stride_c_head
-    for start_n in range(split_begin, split_end, BLOCK_N):
+    loop_begin = split_begin
+    if EARLY_KV:  # (no tree, no sliding tree positions: ROPE_KV launches are plain decode)
+        key_pos = split_begin + offs_n
+        visible = (key_pos < split_end)[None, :] & (key_pos[None, :] <= row_pos[:, None])
+        if SLIDING:
+            visible = visible & (row_pos[:, None] - key_pos[None, :] < window)
+        row_max, row_sum, acc = _attend_tile(q, first_k, first_v, visible, row_max, row_sum, acc,
+                                             scale_log2, DOT_PRECISION)  # fmt: skip
+        loop_begin = split_begin + BLOCK_N
+    for start_n in range(loop_begin, split_end, BLOCK_N):
         key_pos = start_n + offs_n
         key_in = key_pos < split_end
-        block = tl.load(block_table_row + key_pos // BLOCK_SIZE, mask=key_in, other=0)
-        key_offset = (
-            block.to(tl.int64) * stride_c_block
-            + (key_pos % BLOCK_SIZE) * stride_c_tok
-            + cache_head_offset
-        )
-        kv_offsets = key_offset[:, None] + offs_d[None, :]  # [BLOCK_N, HEAD_DIM]
-        k = tl.load(k_cache_ptr + kv_offsets, mask=key_in[:, None], other=0.0)
-        v = tl.load(v_cache_ptr + kv_offsets, mask=key_in[:, None], other=0.0)
+        k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start_n, split_end, offs_n,
+                        offs_d, cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
 
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
         visible = key_in[None, :] & (key_pos[None, :] <= row_pos[:, None])
         key_tree_pos = key_pos
         if TREE:
@@ -270,16 +293,8 @@ def _paged_attention_kernel(
                 key_tree_pos = tl.where(seq_tree & in_step, key_depth_pos, key_pos)
         if SLIDING:
             visible = visible & (row_pos[:, None] - key_tree_pos[None, :] < window)
-        scores = tl.where(visible, scores, float("-inf"))
-
-        new_max = tl.maximum(row_max, tl.max(scores, axis=1))
-        correction = tl.exp2(row_max - new_max)
-        probs = tl.exp2(scores - new_max[:, None])
-        row_sum = row_sum * correction + tl.sum(probs, axis=1)
-        acc = acc * correction[:, None] + tl.dot(
-            probs.to(v.dtype), v, input_precision=DOT_PRECISION
-        )
-        row_max = new_max
+        row_max, row_sum, acc = _attend_tile(q, k, v, visible, row_max, row_sum, acc, scale_log2,
+                                             DOT_PRECISION)  # fmt: skip
 
     token = q_begin + row_token
     out_ptrs = (
@@ -317,6 +332,38 @@ def _paged_attention_kernel(
         denominator = row_sum + tl.exp2(sink - row_max)
         out = acc / denominator[:, None]
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+
+
+@triton.jit
+def _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start, end, offs_n, offs_d,
+             cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE: tl.constexpr):  # fmt: skip
+    """K and V [BLOCK_N, HEAD_DIM] of keys start + offs_n (zeros from `end` on), gathered through
+    the sequence's block table."""
+    key_pos = start + offs_n
+    key_in = key_pos < end
+    block = tl.load(block_table_row + key_pos // BLOCK_SIZE, mask=key_in, other=0)
+    key_offset = (
+        block.to(tl.int64) * stride_c_block + (key_pos % BLOCK_SIZE) * stride_c_tok
+        + cache_head_offset
+    )  # fmt: skip
+    kv_offsets = key_offset[:, None] + offs_d[None, :]  # [BLOCK_N, HEAD_DIM]
+    k = tl.load(k_cache_ptr + kv_offsets, mask=key_in[:, None], other=0.0)
+    v = tl.load(v_cache_ptr + kv_offsets, mask=key_in[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _attend_tile(q, k, v, visible, row_max, row_sum, acc, scale_log2, DOT_PRECISION: tl.constexpr):
+    """One key tile of the online softmax: q [BLOCK_M, D] against k, v [BLOCK_N, D] where
+    `visible` [BLOCK_M, BLOCK_N]; returns the running max (log2 units), sum and accumulator."""
+    scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    scores = tl.where(visible, scores, float("-inf"))
+    new_max = tl.maximum(row_max, tl.max(scores, axis=1))
+    correction = tl.exp2(row_max - new_max)
+    probs = tl.exp2(scores - new_max[:, None])
+    row_sum = row_sum * correction + tl.sum(probs, axis=1)
+    acc = acc * correction[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return new_max, row_sum, acc
 
 
 @triton.jit
@@ -361,18 +408,23 @@ def _write_new_kv(
     HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    """Store `token`'s key (rotated) and value of `kv_head` at its slot, as rope.py does."""
+    """Store `token`'s key (rotated) and value of `kv_head` at its slot, as rope.py does. Returns
+    them as stored ([HEAD_DIM] each, the cache's dtype) and whether they were (slot >= 0)."""
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
-    if slot >= 0:  # padding rows (slot < 0) store nothing
-        dims = tl.arange(0, HEAD_DIM)
-        position = tl.load(positions_ptr + token).to(tl.int64)
-        k_ptrs = k_new_ptr + token * stride_k_new_tok + kv_head * stride_k_new_head + dims
-        k_table = cos_sin_ptr + position * stride_cos_sin
-        k = _rotated(k_ptrs, k_table, dims < HEAD_DIM, dims, HEAD_DIM // 2)
-        v = tl.load(v_new_ptr + token * stride_v_new_tok + kv_head * stride_v_new_head + dims)
+    dims = tl.arange(0, HEAD_DIM)
+    position = tl.load(positions_ptr + token).to(tl.int64)
+    k_ptrs = k_new_ptr + token * stride_k_new_tok + kv_head * stride_k_new_head + dims
+    k_table = cos_sin_ptr + position * stride_cos_sin
+    k = _rotated(k_ptrs, k_table, dims < HEAD_DIM, dims, HEAD_DIM // 2)
+    k = k.to(k_cache_ptr.dtype.element_ty)
+    v = tl.load(v_new_ptr + token * stride_v_new_tok + kv_head * stride_v_new_head + dims)
+    v = v.to(v_cache_ptr.dtype.element_ty)
+    stored = slot >= 0
+    if stored:  # padding rows (slot < 0) store nothing
         slot_offset = (slot // BLOCK_SIZE) * stride_c_block + (slot % BLOCK_SIZE) * stride_c_tok
-        tl.store(k_cache_ptr + slot_offset + cache_head_offsets, k.to(k_cache_ptr.dtype.element_ty))
-        tl.store(v_cache_ptr + slot_offset + cache_head_offsets, v.to(v_cache_ptr.dtype.element_ty))
+        tl.store(k_cache_ptr + slot_offset + cache_head_offsets, k)
+        tl.store(v_cache_ptr + slot_offset + cache_head_offsets, v)
+    return k, v, stored
 
 
 @triton.jit
@@ -726,6 +778,7 @@ def paged_attention(
         TREE=tree_mask is not None,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         ROPE_KV=new_kv is not None,
+        EARLY_KV=EARLY_KV and new_kv is not None,
         num_warps=4 if decode else 8,
         num_stages=3 if decode else 2,
         **pdl.launch_options(q.device),

@@ -158,6 +158,21 @@ def test_fused_decode_matches_rope_then_attention(kernels, case, launch, dtype) 
     assert_matches_oracle(fused, step)
 
 
+@pytest.mark.parametrize("sliding_window", [None, 8])
+def test_first_tile_loaded_early_or_late_gives_the_same_bits(kernels, monkeypatch, sliding_window):
+    """EARLY_KV loads each split's first key tile before the new key is stored (and patches the
+    new key's row in registers; the slot holds NaN until it is written): the same output and
+    cache as loading it after the store, with the new key in a first tile and in a later one."""
+    attention = kernels[0]
+    step = make_step([(1, 5), (1, 40), (1, 16), (1, 17)], sliding_window=sliding_window)
+    for launch in ({}, dict(num_splits=2, block_n=16), dict(num_splits=1, block_n=16)):
+        monkeypatch.setattr(attention, "EARLY_KV", True)
+        early = run_fused(attention, step, **launch)
+        monkeypatch.setattr(attention, "EARLY_KV", False)
+        assert_same(early, run_fused(attention, step, **launch))
+        assert_matches_oracle(early, step)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
 @pytest.mark.parametrize("window", [8, 40])
