@@ -36,6 +36,11 @@ STALL_FACTOR = 4.0  # a sample slower than this many times its mode's average is
 # Steps at the start of each window left unmeasured: the switch itself costs there (a draft model
 # catches up on the tokens of a plain window in its first proposal).
 WARMUP_STEPS = 1
+# What `MeasuredGuard.record` made of a step (the speculator's cycle observer reports it).
+SAMPLED = "sampled"
+CAPPED = "sampled, capped"  # a stall: counted as STALL_FACTOR times its mode's average
+WARM_UP = "window warm-up"  # a window's first steps, not measured
+OTHER_WINDOW = "other mode's rate"  # averaged into its mode's rate, but not the window's step
 
 
 def bucket_of(batch: int) -> int:
@@ -52,16 +57,19 @@ class ModeRate:
     tokens_per_request: float = 0.0
     num_samples: int = 0
 
-    def record(self, seconds: float, tokens: int, requests: int, alpha: float) -> None:
-        if self.num_samples:
+    def record(self, seconds: float, tokens: int, requests: int, alpha: float) -> bool:
+        """Returns whether the sample was capped as a stall."""
+        capped = False
+        if self.num_samples and seconds > STALL_FACTOR * self.seconds:
             # NOTE: a stall (a garbage collection, a compile, a pause of the caller) would
             # otherwise condemn whichever mode it happened to hit
-            seconds = min(seconds, STALL_FACTOR * self.seconds)
+            seconds, capped = STALL_FACTOR * self.seconds, True
         weight = alpha if self.num_samples else 1.0
         self.seconds += weight * (seconds - self.seconds)
         self.tokens += weight * (tokens - self.tokens)
         self.tokens_per_request += weight * (tokens / requests - self.tokens_per_request)
         self.num_samples += 1
+        return capped
 
     @property
     def rate(self) -> float:
@@ -107,23 +115,25 @@ class MeasuredGuard:
         """Whether the next step, of `batch` decodes, may speculate."""
         return self._bucket(batch).mode
 
-    def record(self, batch: int, speculated: bool, seconds: float, tokens: int) -> None:
+    def record(self, batch: int, speculated: bool, seconds: float, tokens: int) -> str:
         """A decode-only step of `batch` requests, run in mode `speculated`, took `seconds` of
-        wall time and emitted `tokens`."""
+        wall time and emitted `tokens`. Returns what became of it (SAMPLED, CAPPED, WARM_UP or
+        OTHER_WINDOW)."""
         bucket = self._bucket(batch)
         if speculated == bucket.mode and bucket.unmeasured:
             bucket.unmeasured -= 1
-            return
+            return WARM_UP
         if speculated == bucket.mode and bucket.restart:
             # an exploration window measures the present alone (the stats show the last
             # measurement until then)
             bucket.rates[speculated], bucket.restart = ModeRate(), False
-        bucket.rates[speculated].record(seconds, tokens, batch, self.alpha)
+        capped = bucket.rates[speculated].record(seconds, tokens, batch, self.alpha)
         if speculated != bucket.mode:
-            return  # decided for another bucket (the batch changed): data, not the window's
+            return OTHER_WINDOW  # decided for another bucket (the batch changed)
         bucket.left -= 1
         if bucket.left <= 0:
             self._next_window(bucket)
+        return CAPPED if capped else SAMPLED
 
     def _bucket(self, batch: int) -> Bucket:
         key = bucket_of(batch)

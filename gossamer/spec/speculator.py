@@ -85,6 +85,28 @@ IDLE_REFRESH_STEPS = 16
 BATCH_TOO_LARGE = "batch too large"
 GUARD_OFF = "guard off"
 COST_OFF = "cost off"
+# Why the measured guard took no sample of a step (GuardCycle.verdict; the guard's own verdicts
+# are in gossamer/spec/guard.py).
+NOT_CONSULTED = "no mode"  # the guard did not decide the step's mode
+OVERLAP_END = "ends an overlap"  # launched before the previous after_step: its time is a tail
+FIRST_PROPOSAL = "first proposal"  # proposing for it built some request's index
+PROMPT_CHUNK = "prompt chunk"  # it computed a prompt chunk too
+
+
+@dataclass(frozen=True)
+class GuardCycle:
+    """One engine step as the measured guard saw it (`Speculator.cycle_observer`): from `start`
+    (the previous after_step's start; None where unknown) to `end` (this after_step's start),
+    `batch` scheduled requests, the guard's `mode` for it (None: not consulted), whether it
+    verified drafts, the tokens it emitted and what the guard made of it (`verdict`)."""
+
+    start: float | None
+    end: float
+    batch: int
+    mode: bool | None
+    drafted: bool
+    tokens: int
+    verdict: str
 
 
 @dataclass
@@ -130,6 +152,9 @@ class Speculator:
         self._pays_at: dict[int, tuple[int, bool]] = {}
         self._ran_ahead = False  # the last after_step had the next step in flight
         self.guard = None
+        # called with a GuardCycle after every step while the guard runs (diagnostics:
+        # benchmarks/guard_accounting.py)
+        self.cycle_observer: Callable[[GuardCycle], None] | None = None
         if config.guards_speculation:
             self.guard = MeasuredGuard(
                 config.explore_every, config.explore_steps, config.guard_margin
@@ -320,12 +345,29 @@ class Speculator:
         items = scheduled.scheduled_requests
         mode, start = self._step_mode, self._cycle_start
         self._step_mode = None
-        if self.guard is None or mode is None or start is None or self._first_proposal:
-            return
-        if not _decode_only(items):
+        if self.guard is None:
             return
         tokens = sum(len(sampled.get(item.request_id, ())) for item in items)
-        self.guard.record(len(items), mode, now - start, tokens)
+        verdict = self._unsampled_reason(items, mode, start)
+        if verdict is None:
+            verdict = self.guard.record(len(items), mode, now - start, tokens)
+        if self.cycle_observer is not None:
+            drafted = any(item.num_draft_tokens for item in items)
+            self.cycle_observer(GuardCycle(start, now, len(items), mode, drafted, tokens, verdict))
+
+    def _unsampled_reason(
+        self, items: Sequence[ScheduledRequest], mode: bool | None, start: float | None
+    ) -> str | None:
+        """Why the guard takes no sample of the step just done (None: it does)."""
+        if mode is None:
+            return NOT_CONSULTED
+        if start is None:
+            return OVERLAP_END
+        if self._first_proposal:
+            return FIRST_PROPOSAL
+        if not _decode_only(items):
+            return PROMPT_CHUNK
+        return None
 
     def _record(self, scheduled: SchedulerOutput, sampled: dict[str, list[int]]) -> None:
         for item in scheduled.scheduled_requests:

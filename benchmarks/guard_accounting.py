@@ -1,0 +1,493 @@
+"""The measured guard's books against the wall clock: what its samples leave out.
+
+    python benchmarks/guard_accounting.py                    # CPU: oracle model, simulated H200
+    python benchmarks/guard_accounting.py --batch-sizes 1,8 --json guard_accounting.json
+    python benchmarks/guard_accounting.py --model gossamer/models/gpt-oss-mini   # a real model
+
+The measured guard (gossamer/spec/guard.py) keeps, per batch bucket, the faster of speculating
+and plain decoding by the wall time of engine steps (from one Speculator.after_step to the next)
+and the tokens they emitted. This script runs a guarded engine and asks where the time of the run
+went: every step is one "cycle" of the guard (Speculator.cycle_observer), either a sample of its
+mode or left out for a reason (the verdicts of gossamer/spec/speculator.py and guard.py). Cycles
+tile the run: the run's wall time is their sum plus the time before the first after_step and
+after the last. Then, per bucket and mode, it sets the guard's view (its samples' tokens over
+their seconds, and its final exponential averages) beside what each mode delivered: the tokens
+and wall time of every cycle that ran in that mode, left-out ones included. A mode whose left-out
+cycles cost more per token than its samples is flattered by the guard; one whose samples run
+slower than its stretches is wronged. A "none" run (no speculator) on the same workload gives the
+plain baseline, its decode steps alone too.
+
+Workloads, as `spec_host_cost.py`: by default an oracle model (every fed token's next token is
+looked up in its request's predetermined text, so that n-gram and suffix drafts are accepted part
+of the way) whose forward runs on a simulated asynchronous device: each step occupies the device
+for gpt-oss-mini's H200 step time (`--device-ms-scale` times it) after the previous one, and the
+host waits only where the engine reads results back (the synchronous path after runner.run, an
+overlapped step's tokens). So overlapped plain steps hide host time as on the GPU. `--model PATH`:
+a real model with `spec_decode.py e2e`'s workload (its chat prompts, greedy, a warm-up batch on
+other prompts first) and engine settings (CUDA graphs and start-up calibration on the GPU).
+
+The spec config is `--spec-config` (JSON; default: "auto" with its default guard; the oracle gives
+auto the H200's step costs of gpt-oss-mini as its cost table, as the GPU would time them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from spec_host_cost import MINI_STEP_MS, DeviceTime, OracleModel, build_engine  # noqa: E402
+
+from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
+from gossamer.sampling_params import SamplingParams  # noqa: E402
+from gossamer.spec.config import SpecConfig, parse_spec_config  # noqa: E402
+from gossamer.spec.guard import bucket_of  # noqa: E402
+from gossamer.spec.speculator import PROMPT_CHUNK, GuardCycle  # noqa: E402
+
+GiB = 1 << 30
+SAMPLED_VERDICTS = ("sampled", "sampled, capped")
+AFTER = "after the last after_step"
+SPIN_S = 2e-4  # the device wait's last stretch, spun
+
+
+# ---- the simulated device ------------------------------------------------------------------------
+
+
+class FakeDevice:
+    """A device timeline: work runs after the work queued before it; the host waits (spinning,
+    as a CUDA sync does) only when it reads a result."""
+
+    def __init__(self) -> None:
+        self.free_at = 0.0
+
+    def launch(self, seconds: float) -> float:
+        """Queue `seconds` of work; returns when it is done."""
+        self.free_at = max(time.perf_counter(), self.free_at) + seconds
+        return self.free_at
+
+    @staticmethod
+    def wait_until(moment: float) -> None:
+        """Sleeps, then spins the last SPIN_S (a sleep overshoots by tens of microseconds; a
+        process that only spins is the first the OS preempts on a shared machine)."""
+        left = moment - time.perf_counter()
+        if left > SPIN_S:
+            time.sleep(left - SPIN_S)
+        while time.perf_counter() < moment:
+            pass
+
+
+class DeviceOracle(OracleModel):
+    """The oracle model, its step time spent on a FakeDevice instead of a sleep on the host."""
+
+    def __init__(self, vocab: int, max_model_len: int, device_time: DeviceTime) -> None:
+        super().__init__(vocab, max_model_len, device_time)
+        self.timeline = FakeDevice()
+        self.done_at = 0.0  # when the last launched step's results exist
+
+    def _wait(self, seconds: float) -> None:
+        self.done_at = self.timeline.launch(seconds)
+
+
+def attach_device(engine: EngineCore, model: DeviceOracle) -> None:
+    """The engine's reads of results wait for the device: a synchronous step's logits right
+    after runner.run, an overlapped step's tokens when they are applied."""
+    run, launch = engine.runner.run, engine._launch
+    launching = [False]
+
+    def run_then_read(seqs, **options):
+        logits = run(seqs, **options)
+        if not launching[0]:
+            model.timeline.wait_until(model.done_at)
+        return logits
+
+    def launch_ahead(scheduled, device_input_ids=None):
+        launching[0] = True
+        try:
+            step = launch(scheduled, device_input_ids)
+        finally:
+            launching[0] = False
+        done, read = model.done_at, step.sampled_token_ids
+
+        def read_when_done():
+            model.timeline.wait_until(done)
+            return read()
+
+        step.sampled_token_ids = read_when_done
+        return step
+
+    engine.runner.run = run_then_read
+    engine._launch = launch_ahead
+
+
+# ---- engines -------------------------------------------------------------------------------------
+
+
+def oracle_texts(args, batch: int, seed: int) -> list[list[int]]:
+    """One text per request: a prompt of phrases (now and then a copy of an earlier passage,
+    `--copy-prob`), then what the request will decode, which copies earlier passages with the
+    request's own probability (`--output-copy-probs`, in turn): as e2e's chat prompts, a rewrite
+    of the prompt accepts most drafts, a story few. All draw on one set of phrases."""
+    vocab = random.Random(args.seed)
+    phrases = [
+        [vocab.randrange(args.vocab) for _ in range(vocab.randint(3, 12))]
+        for _ in range(args.phrases)
+    ]
+    rng = random.Random(seed)
+    length = args.prompt_tokens + args.max_tokens + 2 * args.k + 2
+    texts = []
+    for index in range(batch):
+        prompt = grown([], args.prompt_tokens, rng, phrases, args.copy_prob)
+        copy_prob = args.output_copy_probs[index % len(args.output_copy_probs)]
+        texts.append(grown(prompt, length, rng, phrases, copy_prob))
+    return texts
+
+
+def grown(tokens: list[int], length: int, rng: random.Random, phrases, copy_prob: float):
+    """`tokens` extended to `length` by random phrases and, with `copy_prob`, copies of earlier
+    passages (16-64 tokens)."""
+    tokens = list(tokens)
+    while len(tokens) < length:
+        if len(tokens) > 16 and rng.random() < copy_prob:
+            start = rng.randrange(len(tokens) - 16)
+            tokens += tokens[start : start + rng.randint(16, 64)]
+        else:
+            tokens += rng.choice(phrases)
+    return tokens[:length]
+
+
+def oracle_engine(args, spec: SpecConfig | None, batch: int):
+    """(engine, prompts(seed)) over the oracle on the simulated device."""
+    device_time = DeviceTime(MINI_STEP_MS, args.device_ms_scale, max_query=1 + 2 * args.k)
+    model = DeviceOracle(args.vocab, args.max_model_len, device_time)
+    if spec is not None and spec.method == "auto" and spec.cost_table is None:
+        table = {str(b): {str(k): ms for k, ms in row.items()} for b, row in MINI_STEP_MS.items()}
+        spec = replace(spec, cost_table=table)  # as its engine would time it on the H200
+    engine = build_engine(args, spec, model, batch)
+    attach_device(engine, model)
+
+    def prompts(seed: int) -> list[list[int]]:
+        texts = oracle_texts(args, batch, seed)
+        model.set_texts(texts)
+        return [text[: args.prompt_tokens] for text in texts]
+
+    return engine, prompts
+
+
+_LOADED: dict[str, object] = {}
+
+
+def real_model_engine(args, spec: SpecConfig | None, batch: int):
+    """(engine, prompts(seed)) as `spec_decode.py e2e` builds them."""
+    from spec_decode import workload
+
+    from gossamer.model.loader import load_model
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.model not in _LOADED:
+        _LOADED[args.model] = load_model(
+            args.model,
+            load_format=args.load_format,
+            device=device,
+            dtype="bfloat16" if device == "cuda" else "float32",
+            max_model_len=args.max_model_len,
+        )
+    loaded = _LOADED[args.model]
+    config = EngineConfig(
+        max_num_seqs=batch,
+        kv_cache_memory=int(args.kv_cache_gib * GiB),
+        speculative_config=spec,
+        cuda_graphs=device == "cuda",
+        async_scheduling=args.async_scheduling,
+    )
+    engine = EngineCore(loaded.model, None, config)
+    return engine, lambda seed: workload(loaded, batch, seed)
+
+
+# ---- one run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One timed batch: its wall time and tokens, its engine steps, the guard's cycles."""
+
+    start: float = 0.0
+    end: float = 0.0
+    tokens: int = 0
+    decode_seconds: float = 0.0  # engine steps that computed no prompt chunk
+    decode_tokens: int = 0
+    cycles: list[GuardCycle] = field(default_factory=list)
+    guard_stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def run_batch(engine: EngineCore, prompts: list[list[int]], max_tokens: int) -> Run:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    for index, prompt in enumerate(prompts):
+        engine.add_request(f"r{time.monotonic_ns()}-{index}", prompt, params)
+    run = Run()
+    speculator = engine.speculator
+    if speculator is not None:
+        speculator.cycle_observer = run.cycles.append
+    run.start = time.perf_counter()
+    while engine.has_unfinished_requests():
+        prompt_before, start = engine.stats.prompt_tokens, time.perf_counter()
+        tokens = sum(len(out.new_token_ids) for out in engine.step())
+        run.tokens += tokens
+        if engine.stats.prompt_tokens == prompt_before:
+            run.decode_seconds += time.perf_counter() - start
+            run.decode_tokens += tokens
+    run.end = time.perf_counter()
+    if speculator is not None:
+        speculator.cycle_observer = None
+        run.guard_stats = {k: v for k, v in speculator.stats().items() if k.startswith("guard_")}
+    return run
+
+
+def measure(args, spec: SpecConfig | None, batch: int) -> Run:
+    """A warm-up batch (the guard learns there, as in spec_decode.py e2e), then the timed one."""
+    build = real_model_engine if args.model else oracle_engine
+    engine, prompts = build(args, spec, batch)
+    run_batch(engine, prompts(1000 + batch), args.max_tokens)
+    return run_batch(engine, prompts(batch), args.max_tokens)
+
+
+# ---- the books -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    count: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+
+    def add(self, seconds: float, tokens: int) -> None:
+        self.count += 1
+        self.seconds += seconds
+        self.tokens += tokens
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def tiled(run: Run) -> list[tuple[GuardCycle, float]]:
+    """Each cycle with its wall time; a cycle whose start is unknown starts where the previous
+    one ended (both are after_step starts), the first at the run's start (at the latest)."""
+    out, previous = [], run.start
+    for cycle in run.cycles:
+        start = max(cycle.start if cycle.start is not None else previous, run.start)
+        out.append((cycle, cycle.end - start))
+        previous = cycle.end
+    return out
+
+
+def ran_as(cycle: GuardCycle) -> str:
+    """The mode a cycle's time belongs to: the guard's, else what the step did."""
+    if cycle.verdict == PROMPT_CHUNK:
+        return "prompt"
+    mode = cycle.mode if cycle.mode is not None else cycle.drafted
+    return "spec" if mode else "plain"
+
+
+@dataclass
+class Books:
+    run_seconds: float
+    run_tokens: int
+    by_verdict: dict[str, Tally]  # every cycle, and the time outside them
+    # "b{bucket} {mode}" -> what the guard sampled, what every cycle of the mode adds up to, and
+    # the left-out cycles of the mode by verdict
+    sampled: dict[str, Tally]
+    delivered: dict[str, Tally]
+    left_out: dict[str, dict[str, Tally]]
+    guard_stats: dict[str, float]
+
+
+def books(run: Run) -> Books:
+    by_verdict: dict[str, Tally] = defaultdict(Tally)
+    sampled: dict[str, Tally] = defaultdict(Tally)
+    delivered: dict[str, Tally] = defaultdict(Tally)
+    left_out: dict[str, dict[str, Tally]] = defaultdict(lambda: defaultdict(Tally))
+    cycles = tiled(run)
+    for cycle, seconds in cycles:
+        by_verdict[cycle.verdict].add(seconds, cycle.tokens)
+        key = f"b{bucket_of(cycle.batch)} {ran_as(cycle)}"
+        delivered[key].add(seconds, cycle.tokens)
+        if cycle.verdict in SAMPLED_VERDICTS:
+            sampled[key].add(seconds, cycle.tokens)
+        else:
+            left_out[key][cycle.verdict].add(seconds, cycle.tokens)
+    last_start = cycles[-1][0].end if cycles else run.end
+    by_verdict[AFTER].add(run.end - last_start, run.tokens - sum(c.tokens for c, _ in cycles))
+    return Books(
+        run.seconds,
+        run.tokens,
+        dict(by_verdict),
+        dict(sampled),
+        dict(delivered),
+        {key: dict(value) for key, value in left_out.items()},
+        run.guard_stats,
+    )
+
+
+def print_books(name: str, batch: int, run: Run, account: Books, baseline: Run | None) -> None:
+    speed = run.tokens / run.seconds
+    vs = f", {speed / (baseline.tokens / baseline.seconds):.2f}x of none" if baseline else ""
+    print(
+        f"\n== {name} at batch {batch}: {run.tokens} tokens in {1e3 * run.seconds:.1f} ms, "
+        f"{speed:,.0f} tok/s{vs}"
+    )
+    if baseline is not None:
+        print(
+            f"   none: {1e3 * baseline.seconds:.1f} ms; its decode steps alone "
+            f"{baseline.decode_tokens / baseline.decode_seconds:,.0f} tok/s"
+        )
+    print(f"   {'where the time went':32s} {'cycles':>6s} {'ms':>9s} {'share':>6s} {'tokens':>7s}")
+    tallied = 0.0
+    for verdict, tally in sorted(account.by_verdict.items(), key=lambda kv: -kv[1].seconds):
+        tallied += tally.seconds
+        share = 100 * tally.seconds / account.run_seconds
+        ms = 1e3 * tally.seconds
+        print(f"   {verdict:32s} {tally.count:6d} {ms:9.2f} {share:5.1f}% {tally.tokens:7d}")
+    print(
+        f"   {'sum (the run: ' + f'{1e3 * account.run_seconds:.2f} ms)':32s} {'':6s} "
+        f"{1e3 * tallied:9.2f}"
+    )
+    print_batch_profile(run)
+    print(
+        f"   {'bucket/mode':12s} {'guard avg':>10s} {'samples':>16s} {'all its cycles':>22s}"
+        "   left out (cycles, ms)"
+    )
+    for key in sorted(account.delivered, key=_bucket_order):
+        if key.endswith("prompt"):
+            continue
+        bucket, mode = key.split()
+        stat = f"guard_{bucket}_{mode}_tokens_per_s"
+        guard_avg = account.guard_stats.get(stat, float("nan"))
+        sampled = account.sampled.get(key, Tally())
+        delivered = account.delivered[key]
+        left = ", ".join(
+            f"{verdict} {t.count} {1e3 * t.seconds:.2f}"
+            for verdict, t in sorted(account.left_out.get(key, {}).items())
+        )
+        print(
+            f"   {key:12s} {guard_avg:10,.0f} {sampled.count:5d} {sampled.tokens_per_s:10,.0f} "
+            f"{delivered.count:5d} {1e3 * delivered.seconds:7.2f}ms {delivered.tokens_per_s:8,.0f}"
+            f"   {left}"
+        )
+
+
+def batch_profile(run: Run) -> dict[int, dict[str, Tally]]:
+    """Per batch size and mode ("spec", "plain"; prompt steps apart): the cycles, their wall time
+    and tokens. A closed batch whose requests progress unevenly ends in a tail of small batches."""
+    profile: dict[int, dict[str, Tally]] = defaultdict(lambda: defaultdict(Tally))
+    for cycle, seconds in tiled(run):
+        profile[cycle.batch][ran_as(cycle)].add(seconds, cycle.tokens)
+    return {batch: dict(modes) for batch, modes in profile.items()}
+
+
+def print_batch_profile(run: Run) -> None:
+    parts = []
+    for batch, modes in sorted(batch_profile(run).items(), reverse=True):
+        for mode, tally in sorted(modes.items()):
+            parts.append(
+                f"{batch} {mode}: {tally.count} steps {1e3 * tally.seconds:.1f} ms "
+                f"{tally.tokens} tok"
+            )
+    print("   by batch size: " + "; ".join(parts))
+
+
+def _bucket_order(key: str) -> tuple[int, str]:
+    bucket, mode = key.split()
+    return int(bucket[1:]), mode
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # tiny CPU tensors (the oracle): keep them off torch's thread pool
+    spec = parse_spec_config(args.spec_config)
+    workload = f"--model {args.model}" if args.model else f"oracle, device x{args.device_ms_scale}"
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}; {workload}; async "
+        f"scheduling {'on' if args.async_scheduling else 'off'}; spec {args.spec_config}"
+    )
+    results = []
+    for batch in args.batch_sizes:
+        baseline = measure(args, None, batch) if args.baseline else None
+        for repeat in range(args.repeats):
+            run = measure(args, spec, batch)
+            account = books(run)
+            print_books(f"guarded (run {repeat + 1})", batch, run, account, baseline)
+            results.append(_result(batch, repeat, run, account, baseline))
+    if args.json:
+        meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "args": vars(args)}
+        if torch.cuda.is_available():
+            meta["gpu"] = torch.cuda.get_device_name()
+        Path(args.json).write_text(json.dumps(meta | {"runs": results}, indent=2, default=str))
+
+
+def _result(batch: int, repeat: int, run: Run, account: Books, baseline: Run | None) -> dict:
+    result = {"batch": batch, "repeat": repeat, "seconds": run.seconds, "tokens": run.tokens}
+    result |= {"books": asdict(account)}
+    if baseline is not None:
+        result["none"] = {
+            "seconds": baseline.seconds,
+            "tokens": baseline.tokens,
+            "decode_seconds": baseline.decode_seconds,
+            "decode_tokens": baseline.decode_tokens,
+        }
+    return result
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--spec-config", default='{"method": "auto", "measured_guard": true}')
+    parser.add_argument("--batch-sizes", default="8")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=1, help="guarded runs per batch size")
+    parser.add_argument("--no-baseline", dest="baseline", action="store_false")
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--json", default=None)
+    real = parser.add_argument_group("a real model")
+    real.add_argument("--model", default=None, help="checkpoint folder or preset (else: oracle)")
+    real.add_argument("--load-format", choices=("auto", "dummy"), default="auto")
+    real.add_argument("--kv-cache-gib", type=float, default=8.0)
+    oracle = parser.add_argument_group("the oracle (spec_host_cost.py's)")
+    oracle.add_argument("--device-ms-scale", type=float, default=1.0)
+    oracle.add_argument("--prompt-tokens", type=int, default=1024)
+    oracle.add_argument("--k", type=int, default=4, help="max_query of the device time table")
+    oracle.add_argument("--vocab", type=int, default=1000)
+    oracle.add_argument("--phrases", type=int, default=300)
+    oracle.add_argument("--copy-prob", type=float, default=0.5, help="in the prompts")
+    oracle.add_argument(
+        "--output-copy-probs",
+        default="0.95,0.6,0.1",
+        help="in what the requests decode, per request in turn (a rewrite, a summary, a story)",
+    )
+    oracle.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    args = parser.parse_args(argv)
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    args.output_copy_probs = [float(p) for p in args.output_copy_probs.split(",")]
+    return args
+
+
+if __name__ == "__main__":
+    main()
