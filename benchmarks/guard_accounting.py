@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import random
 import sys
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -51,11 +52,10 @@ from spec_host_cost import MINI_STEP_MS, DeviceTime, OracleModel, build_engine  
 from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
 from gossamer.sampling_params import SamplingParams  # noqa: E402
 from gossamer.spec.config import SpecConfig, parse_spec_config  # noqa: E402
-from gossamer.spec.guard import bucket_of  # noqa: E402
+from gossamer.spec.guard import SAMPLED, Window, bucket_of  # noqa: E402
 from gossamer.spec.speculator import PROMPT_CHUNK, GuardCycle  # noqa: E402
 
 GiB = 1 << 30
-SAMPLED_VERDICTS = ("sampled", "sampled, capped")
 AFTER = "after the last after_step"
 SPIN_S = 2e-4  # the device wait's last stretch, spun
 
@@ -267,22 +267,6 @@ def measure(args, spec: SpecConfig | None, batch: int) -> Run:
 # ---- the books -----------------------------------------------------------------------------------
 
 
-@dataclass
-class Tally:
-    count: int = 0
-    seconds: float = 0.0
-    tokens: int = 0
-
-    def add(self, seconds: float, tokens: int) -> None:
-        self.count += 1
-        self.seconds += seconds
-        self.tokens += tokens
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
 def tiled(run: Run) -> list[tuple[GuardCycle, float]]:
     """Each cycle with its wall time; a cycle whose start is unknown starts where the previous
     one ended (both are after_step starts), the first at the run's start (at the latest)."""
@@ -304,33 +288,36 @@ def ran_as(cycle: GuardCycle) -> str:
 
 @dataclass
 class Books:
+    """Tallies (gossamer/spec/guard.py's Window: wall time, tokens, per request time and tokens)
+    of the run's cycles: by verdict (and the time after the last one), and per "b{bucket} {mode}"
+    those the guard sampled, all of them, and the left-out ones by verdict."""
+
     run_seconds: float
     run_tokens: int
-    by_verdict: dict[str, Tally]  # every cycle, and the time outside them
-    # "b{bucket} {mode}" -> what the guard sampled, what every cycle of the mode adds up to, and
-    # the left-out cycles of the mode by verdict
-    sampled: dict[str, Tally]
-    delivered: dict[str, Tally]
-    left_out: dict[str, dict[str, Tally]]
+    by_verdict: dict[str, Window]
+    sampled: dict[str, Window]
+    delivered: dict[str, Window]
+    left_out: dict[str, dict[str, Window]]
     guard_stats: dict[str, float]
 
 
 def books(run: Run) -> Books:
-    by_verdict: dict[str, Tally] = defaultdict(Tally)
-    sampled: dict[str, Tally] = defaultdict(Tally)
-    delivered: dict[str, Tally] = defaultdict(Tally)
-    left_out: dict[str, dict[str, Tally]] = defaultdict(lambda: defaultdict(Tally))
+    by_verdict: dict[str, Window] = defaultdict(Window)
+    sampled: dict[str, Window] = defaultdict(Window)
+    delivered: dict[str, Window] = defaultdict(Window)
+    left_out: dict[str, dict[str, Window]] = defaultdict(lambda: defaultdict(Window))
     cycles = tiled(run)
     for cycle, seconds in cycles:
-        by_verdict[cycle.verdict].add(seconds, cycle.tokens)
+        tokens = cycle.request_tokens
+        by_verdict[cycle.verdict].add(seconds, tokens)
         key = f"b{bucket_of(cycle.batch)} {ran_as(cycle)}"
-        delivered[key].add(seconds, cycle.tokens)
-        if cycle.verdict in SAMPLED_VERDICTS:
-            sampled[key].add(seconds, cycle.tokens)
+        delivered[key].add(seconds, tokens)
+        if cycle.verdict.startswith(SAMPLED):  # sampled, capped or built an index
+            sampled[key].add(seconds, tokens)
         else:
-            left_out[key][cycle.verdict].add(seconds, cycle.tokens)
+            left_out[key][cycle.verdict].add(seconds, tokens)
     last_start = cycles[-1][0].end if cycles else run.end
-    by_verdict[AFTER].add(run.end - last_start, run.tokens - sum(c.tokens for c, _ in cycles))
+    by_verdict[AFTER].add(run.end - last_start, {})
     return Books(
         run.seconds,
         run.tokens,
@@ -352,49 +339,67 @@ def print_books(name: str, batch: int, run: Run, account: Books, baseline: Run |
     if baseline is not None:
         print(
             f"   none: {1e3 * baseline.seconds:.1f} ms; its decode steps alone "
-            f"{baseline.decode_tokens / baseline.decode_seconds:,.0f} tok/s"
+            f"{baseline.decode_tokens / baseline.decode_seconds:,.0f} tok/s, "
+            f"{1e3 * baseline.decode_seconds / baseline.decode_tokens * batch:.3f} ms a token"
         )
+    print_verdicts(account)
+    print_batch_profile(run)
+    print_modes(account)
+
+
+def print_verdicts(account: Books) -> None:
     print(f"   {'where the time went':32s} {'cycles':>6s} {'ms':>9s} {'share':>6s} {'tokens':>7s}")
     tallied = 0.0
     for verdict, tally in sorted(account.by_verdict.items(), key=lambda kv: -kv[1].seconds):
         tallied += tally.seconds
         share = 100 * tally.seconds / account.run_seconds
-        ms = 1e3 * tally.seconds
-        print(f"   {verdict:32s} {tally.count:6d} {ms:9.2f} {share:5.1f}% {tally.tokens:7d}")
+        ms, tokens = 1e3 * tally.seconds, int(tally.tokens)
+        print(f"   {verdict:32s} {tally.num_steps:6d} {ms:9.2f} {share:5.1f}% {tokens:7d}")
     print(
-        f"   {'sum (the run: ' + f'{1e3 * account.run_seconds:.2f} ms)':32s} {'':6s} "
-        f"{1e3 * tallied:9.2f}"
+        f"   {'sum (the run: %.2f ms)' % (1e3 * account.run_seconds):32s} {'':6s} {1e3 * tallied:9.2f}"
     )
-    print_batch_profile(run)
+
+
+def print_modes(account: Books) -> None:
+    """Per bucket and mode: the guard's last complete window (what it decides with), its samples
+    in this run, and every cycle that ran in the mode (tok/s of the batch; ms a request waited
+    per token, the guard's measure), and what of those it left out."""
     print(
-        f"   {'bucket/mode':12s} {'guard avg':>10s} {'samples':>16s} {'all its cycles':>22s}"
-        "   left out (cycles, ms)"
+        f"   {'bucket mode':12s} {'guard: tok/s':>12s} {'ms/tok':>7s} | {'samples':>7s} "
+        f"{'tok/s':>8s} {'ms/tok':>7s} | {'cycles':>6s} {'ms':>8s} {'tok/s':>8s} {'ms/tok':>7s}"
+        " | left out (cycles, ms)"
     )
     for key in sorted(account.delivered, key=_bucket_order):
         if key.endswith("prompt"):
             continue
         bucket, mode = key.split()
-        stat = f"guard_{bucket}_{mode}_tokens_per_s"
-        guard_avg = account.guard_stats.get(stat, float("nan"))
-        sampled = account.sampled.get(key, Tally())
+        guard_rate = account.guard_stats.get(f"guard_{bucket}_{mode}_tokens_per_s", math.nan)
+        guard_wait = account.guard_stats.get(f"guard_{bucket}_{mode}_ms_per_token", math.nan)
+        sampled = account.sampled.get(key, Window())
         delivered = account.delivered[key]
         left = ", ".join(
-            f"{verdict} {t.count} {1e3 * t.seconds:.2f}"
+            f"{verdict} {t.num_steps} {1e3 * t.seconds:.2f}"
             for verdict, t in sorted(account.left_out.get(key, {}).items())
         )
         print(
-            f"   {key:12s} {guard_avg:10,.0f} {sampled.count:5d} {sampled.tokens_per_s:10,.0f} "
-            f"{delivered.count:5d} {1e3 * delivered.seconds:7.2f}ms {delivered.tokens_per_s:8,.0f}"
-            f"   {left}"
+            f"   {key:12s} {guard_rate:12,.0f} {guard_wait:7.3f} | {sampled.num_steps:7d} "
+            f"{sampled.tokens_per_s:8,.0f} {_ms(sampled):7.3f} | {delivered.num_steps:6d} "
+            f"{1e3 * delivered.seconds:8.2f} {delivered.tokens_per_s:8,.0f} {_ms(delivered):7.3f}"
+            f" | {left}"
         )
 
 
-def batch_profile(run: Run) -> dict[int, dict[str, Tally]]:
+def _ms(window: Window) -> float:
+    wait = window.seconds_per_token
+    return 1e3 * wait if wait < math.inf else math.nan
+
+
+def batch_profile(run: Run) -> dict[int, dict[str, Window]]:
     """Per batch size and mode ("spec", "plain"; prompt steps apart): the cycles, their wall time
     and tokens. A closed batch whose requests progress unevenly ends in a tail of small batches."""
-    profile: dict[int, dict[str, Tally]] = defaultdict(lambda: defaultdict(Tally))
+    profile: dict[int, dict[str, Window]] = defaultdict(lambda: defaultdict(Window))
     for cycle, seconds in tiled(run):
-        profile[cycle.batch][ran_as(cycle)].add(seconds, cycle.tokens)
+        profile[cycle.batch][ran_as(cycle)].add(seconds, cycle.request_tokens)
     return {batch: dict(modes) for batch, modes in profile.items()}
 
 
@@ -402,10 +407,8 @@ def print_batch_profile(run: Run) -> None:
     parts = []
     for batch, modes in sorted(batch_profile(run).items(), reverse=True):
         for mode, tally in sorted(modes.items()):
-            parts.append(
-                f"{batch} {mode}: {tally.count} steps {1e3 * tally.seconds:.1f} ms "
-                f"{tally.tokens} tok"
-            )
+            ms, tokens = 1e3 * tally.seconds, int(tally.tokens)
+            parts.append(f"{batch} {mode}: {tally.num_steps} steps {ms:.1f} ms {tokens} tok")
     print("   by batch size: " + "; ".join(parts))
 
 
@@ -443,7 +446,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def _result(batch: int, repeat: int, run: Run, account: Books, baseline: Run | None) -> dict:
     result = {"batch": batch, "repeat": repeat, "seconds": run.seconds, "tokens": run.tokens}
-    result |= {"books": asdict(account)}
+    result["guard_stats"] = account.guard_stats
+    result["by_verdict"] = _summaries(account.by_verdict)
+    result["sampled"] = _summaries(account.sampled)
+    result["delivered"] = _summaries(account.delivered)
+    result["left_out"] = {key: _summaries(value) for key, value in account.left_out.items()}
+    result["by_batch"] = {
+        str(size): _summaries(modes) for size, modes in batch_profile(run).items()
+    }
     if baseline is not None:
         result["none"] = {
             "seconds": baseline.seconds,
@@ -452,6 +462,19 @@ def _result(batch: int, repeat: int, run: Run, account: Books, baseline: Run | N
             "decode_tokens": baseline.decode_tokens,
         }
     return result
+
+
+def _summaries(windows: dict[str, Window]) -> dict[str, dict[str, float]]:
+    return {
+        name: {
+            "cycles": window.num_steps,
+            "ms": 1e3 * window.seconds,
+            "tokens": window.tokens,
+            "tokens_per_s": window.tokens_per_s,
+            "ms_per_token": _ms(window),
+        }
+        for name, window in windows.items()
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

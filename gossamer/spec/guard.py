@@ -1,4 +1,4 @@
-"""The measured guard: speculation stays on only where measured wall-clock throughput says it pays.
+"""The measured guard: speculation stays on only where the wall clock says it pays.
 
 The cost model (gossamer/spec/cost.py) predicts from the timed verification steps and the
 proposers' host time, but not from everything a step costs: the engine's own per-step host work
@@ -9,19 +9,49 @@ accepted 2.08 tokens per draft (1.30 per request and step: 2048 tokens in 197 st
 256), but a step took 1.58 ms against 0.91: 0.75x of plain decoding (batch 1: 1.38x).
 
 So the speculator also measures. Per batch-size bucket (powers of two: 1, 2, 3-4, 5-8, ...) the
-guard keeps, for the steps it let speculate and for those it kept plain, exponential averages of
-a step's wall time and of the tokens it emitted per request. It runs a bucket in windows of
-samples (decode-only steps, the first of each window left out: a switch costs once, e.g. a draft
-model catches up on the tokens it skipped): the mode it currently prefers for `explore_every`
-samples, then the other mode for `explore_steps`, whose average restarts so that it describes the
-window alone; then it keeps the mode with the more tokens per request and second, switching only
-when the other mode wins by more than `margin` (hysteresis: two modes about equal never flap). A new
-bucket starts with a short window of speculation (the cost model's choice), then one of plain
-decoding, then decides.
+guard runs windows of decode-only steps: the mode it currently keeps for `explore_every` steps (or
+more, below), then the other mode for `explore_steps`; then it keeps the faster, switching only
+when the other mode wins by more than `margin` (hysteresis: two modes about equal never flap). A
+new bucket starts with a short window of speculation (the cost model's choice), then one of plain
+decoding, then decides. While a bucket is plain it does not speculate at all (the engine then overlaps its
+plain steps). A step's time runs from one Speculator.after_step to the next, so the proposing for
+it and every host cost of the step is in it.
 
-Tokens are compared per request so that two windows of one bucket at different batch sizes
-(5 and 8 requests, say) compare fairly where the step time hardly depends on the batch (small
-batches: launch and memory bound), which is where speculation matters.
+What a window measures (benchmarks/guard_accounting.py sets it beside the run's wall clock; its
+numbers below are from a CPU oracle model on a simulated H200, batch 8 unless said):
+
+- **Everything a mode costs.** A window adds up the wall time of all its steps, not an average of
+  the recent ones: a long window of the kept mode counts all of its steps. The steps whose
+  proposing built a request's index (its first proposal of a method: ngram and suffix index the
+  whole prompt, ~1 ms per 1k-token request on a CPU core) count in full; the old guard left them
+  out, 3-14% of the run. Only the switches themselves stay out (the first step of a window: a
+  plain window's first step launches two steps, a draft model catches up on the tokens of a
+  plain window), and stalls count at most STALL_FACTOR times the mode's recent step (a garbage
+  collection or a pause of the caller in a window of eight 0.5 ms steps would otherwise decide
+  it; index builds are never capped).
+- **What a request waits per token.** A window keeps, per request, the time it ran and the tokens
+  it got, and is scored by the root mean square over requests (weighted by the time each ran) of
+  seconds per token: the lower the better. Plain decoding gives every request one token per step;
+  speculation gives requests whose drafts are accepted several and the others about one, in a
+  step that takes longer. Compared by tokens per second of the batch (the old guard), speculation
+  wins where the accepted requests gain more than the others lose, but those others then finish
+  late: in a batch that arrived together (benchmarks/spec_decode.py e2e) the rest of the run is a
+  tail of small batches. On the H200 at batch 8, auto with the old guard ran 0.75x of plain
+  although its speculating windows emitted 22.0k tok/s against 17.7k; the oracle with e2e's mix
+  (rewrites, summaries, stories) and a 10x slower device ran 0.87x, a quarter of the run in a
+  two-request tail (0.97x now). The square weighs a slowed request more than a mean would: in a
+  model of that closed batch (mini's H200 step times, mixes of per-request acceptance) it kept
+  plain where the mean lost up to 25% (seven fast requests hid a slow one), lost at most 6%
+  itself, and still speculated where a few requests lose a little and the run gains.
+- **Rare exploration where a mode lost.** A window of the slower mode costs its steps plus the
+  switches and, for speculation, the indexes of the requests that arrived meanwhile (25-36 ms of a
+  160 ms run). So the interval to the next exploration doubles with each that confirms the choice
+  (up to MAX_BACKOFF times `explore_every`; a switch resets it), and is at least what keeps
+  exploring a mode that cost r times as much per token within EXPLORE_SHARE of the time.
+
+Requests are compared by their own tokens so that two windows of one bucket at different batch
+sizes (5 and 8 requests, say) compare fairly where the step time hardly depends on the batch
+(small batches: launch and memory bound), which is where speculation matters.
 
 The guard only decides whether a step may speculate; what is drafted and how it is verified do
 not change, so greedy outputs stay those of plain decoding.
@@ -30,17 +60,25 @@ not change, so greedy outputs stay those of plain decoding.
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-STALL_FACTOR = 4.0  # a sample slower than this many times its mode's average is capped there
+STALL_FACTOR = 4.0  # a step slower than this many times its mode's recent steps is capped there
 # Steps at the start of each window left unmeasured: the switch itself costs there (a draft model
 # catches up on the tokens of a plain window in its first proposal).
 WARMUP_STEPS = 1
+MAX_BACKOFF = 8  # explorations that keep confirming the choice come at most 8x more rarely
+# At most about this share of a bucket's time goes to exploring a mode that lost: a window of
+# `explore_steps` steps that cost r times the kept mode's comes every explore_steps * (r - 1) /
+# EXPLORE_SHARE steps at the earliest (within explore_every * MAX_BACKOFF).
+EXPLORE_SHARE = 0.02
 # What `MeasuredGuard.record` made of a step (the speculator's cycle observer reports it).
 SAMPLED = "sampled"
-CAPPED = "sampled, capped"  # a stall: counted as STALL_FACTOR times its mode's average
+INDEXED = "sampled, built an index"  # counted in full, never capped
+CAPPED = "sampled, capped"  # a stall: counted as STALL_FACTOR times its mode's recent steps
 WARM_UP = "window warm-up"  # a window's first steps, not measured
-OTHER_WINDOW = "other mode's rate"  # averaged into its mode's rate, but not the window's step
+OTHER_WINDOW = "other mode's step"  # the batch changed bucket between deciding and recording
 
 
 def bucket_of(batch: int) -> int:
@@ -49,50 +87,61 @@ def bucket_of(batch: int) -> int:
 
 
 @dataclass
-class ModeRate:
-    """Exponential averages over the steps of one mode (speculating or plain) in one bucket."""
+class Window:
+    """The measured steps of one window: their wall time and tokens in all, and per request the
+    time it ran and the tokens it got."""
 
-    seconds: float = 0.0  # wall time of a step
-    tokens: float = 0.0  # tokens a step emitted
-    tokens_per_request: float = 0.0
-    num_samples: int = 0
+    seconds: float = 0.0
+    tokens: float = 0.0
+    num_steps: int = 0
+    requests: dict[str, list[float]] = field(default_factory=dict)  # id -> [seconds, tokens]
 
-    def record(self, seconds: float, tokens: int, requests: int, alpha: float) -> bool:
-        """Returns whether the sample was capped as a stall."""
-        capped = False
-        if self.num_samples and seconds > STALL_FACTOR * self.seconds:
-            # NOTE: a stall (a garbage collection, a compile, a pause of the caller) would
-            # otherwise condemn whichever mode it happened to hit
-            seconds, capped = STALL_FACTOR * self.seconds, True
-        weight = alpha if self.num_samples else 1.0
-        self.seconds += weight * (seconds - self.seconds)
-        self.tokens += weight * (tokens - self.tokens)
-        self.tokens_per_request += weight * (tokens / requests - self.tokens_per_request)
-        self.num_samples += 1
-        return capped
+    def add(self, seconds: float, tokens: Mapping[str, float]) -> None:
+        self.seconds += seconds
+        self.num_steps += 1
+        for request_id, count in tokens.items():
+            self.tokens += count
+            entry = self.requests.get(request_id)
+            if entry is None:
+                self.requests[request_id] = [seconds, count]
+            else:
+                entry[0] += seconds
+                entry[1] += count
 
     @property
-    def rate(self) -> float:
-        """Tokens per request and second: what the guard compares."""
-        return self.tokens_per_request / self.seconds if self.seconds > 0 else 0.0
+    def seconds_per_token(self) -> float:
+        """What a request waited per token: the root mean square over the requests, each weighted
+        by the time it ran (what the guard compares; inf before any token). Plain decoding gives
+        every request the step time; the square weighs a request that speculation slows more
+        than one it speeds up (module doc)."""
+        weighted = total = 0.0
+        for seconds, tokens in self.requests.values():
+            if tokens > 0:
+                weighted += seconds * (seconds / tokens) ** 2
+                total += seconds
+        return math.sqrt(weighted / total) if total > 0 else math.inf
 
     @property
     def tokens_per_s(self) -> float:
+        """Of the whole batch (the stats)."""
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass
 class Bucket:
-    """One bucket's schedule: `mode` runs until `left` more samples of it arrived."""
+    """One bucket's schedule: `mode` runs until `left` more steps of it were measured."""
 
     left: int
     unmeasured: int = WARMUP_STEPS  # first steps of the window not measured
-    restart: bool = False  # the window's first measured step restarts its mode's average
     choice: bool = True  # the mode measurements favour (True: speculate)
     mode: bool = True  # the mode of the current window
-    rates: dict[bool, ModeRate] = field(
-        default_factory=lambda: {True: ModeRate(), False: ModeRate()}
-    )
+    window: Window = field(default_factory=Window)
+    # the last complete window of each mode: what a decision compares
+    last: dict[bool, Window | None] = field(default_factory=lambda: {True: None, False: None})
+    # an exponential average of each mode's step seconds: the stall cap's reference
+    recent: dict[bool, float] = field(default_factory=lambda: {True: 0.0, False: 0.0})
+    backoff: int = 1  # explore_every times this: the kept mode's windows at the least
+    interval: int = 0  # the steps of the kept mode's windows (set when deciding)
     num_switches: int = 0  # times the decision changed
 
     @property
@@ -101,80 +150,133 @@ class Bucket:
 
 
 class MeasuredGuard:
-    """Whether a step of a given batch may speculate, from measured throughput (module doc)."""
+    """Whether a step of a given batch may speculate, from measured wall time (module doc)."""
 
     def __init__(self, explore_every: int, explore_steps: int, margin: float) -> None:
         self.explore_every = explore_every
         self.explore_steps = explore_steps
         self.margin = margin
-        # the averages span about one exploration window
+        # the stall cap's reference spans about one exploration window
         self.alpha = 2 / (explore_steps + 1)
         self.buckets: dict[int, Bucket] = {}
+        self._stats: dict[str, float] = {}  # refreshed when a window ends
 
     def allows(self, batch: int) -> bool:
         """Whether the next step, of `batch` decodes, may speculate."""
         return self._bucket(batch).mode
 
-    def record(self, batch: int, speculated: bool, seconds: float, tokens: int) -> str:
-        """A decode-only step of `batch` requests, run in mode `speculated`, took `seconds` of
-        wall time and emitted `tokens`. Returns what became of it (SAMPLED, CAPPED, WARM_UP or
+    def record(
+        self,
+        speculated: bool,
+        seconds: float,
+        tokens: Mapping[str, float],
+        built_index: bool = False,
+    ) -> str:
+        """A decode-only step, run in mode `speculated`, took `seconds` of wall time and gave
+        each of its requests `tokens[request id]`; `built_index`: proposing for it built some
+        request's index. Returns what became of it (SAMPLED, INDEXED, CAPPED, WARM_UP or
         OTHER_WINDOW)."""
-        bucket = self._bucket(batch)
-        if speculated == bucket.mode and bucket.unmeasured:
+        bucket = self._bucket(len(tokens))
+        if speculated != bucket.mode:
+            return OTHER_WINDOW
+        if bucket.unmeasured and not built_index:
             bucket.unmeasured -= 1
             return WARM_UP
-        if speculated == bucket.mode and bucket.restart:
-            # an exploration window measures the present alone (the stats show the last
-            # measurement until then)
-            bucket.rates[speculated], bucket.restart = ModeRate(), False
-        capped = bucket.rates[speculated].record(seconds, tokens, batch, self.alpha)
-        if speculated != bucket.mode:
-            return OTHER_WINDOW  # decided for another bucket (the batch changed)
+        bucket.unmeasured = 0  # a first step that built an index is counted, and ends the warm-up
+        seconds, verdict = self._capped(bucket, speculated, seconds, built_index)
+        bucket.window.add(seconds, tokens)
         bucket.left -= 1
         if bucket.left <= 0:
             self._next_window(bucket)
-        return CAPPED if capped else SAMPLED
+        return verdict
+
+    def _capped(
+        self, bucket: Bucket, speculated: bool, seconds: float, built_index: bool
+    ) -> tuple[float, str]:
+        """The seconds a step counts for and its verdict; updates the stall cap's reference."""
+        if built_index:  # what speculating costs a new request: counted, but no reference
+            return seconds, INDEXED
+        recent = bucket.recent[speculated]
+        if recent and seconds > STALL_FACTOR * recent:
+            # NOTE: a stall (a garbage collection, a compile, a pause of the caller) would
+            # otherwise decide a short window
+            return STALL_FACTOR * recent, CAPPED
+        bucket.recent[speculated] = recent + self.alpha * (seconds - recent) if recent else seconds
+        return seconds, SAMPLED
 
     def _bucket(self, batch: int) -> Bucket:
         key = bucket_of(batch)
         if key not in self.buckets:  # a short first window of the cost model's choice
             self.buckets[key] = Bucket(left=self.explore_steps)
+            self._stats = {}
         return self.buckets[key]
 
     def _next_window(self, bucket: Bucket) -> None:
+        bucket.last[bucket.mode], bucket.window = bucket.window, Window()
         bucket.unmeasured = WARMUP_STEPS
         if bucket.exploring:
             self._decide(bucket)
-            bucket.mode, bucket.left = bucket.choice, self.explore_every
+            bucket.mode, bucket.left = bucket.choice, bucket.interval
         else:
             bucket.mode, bucket.left = not bucket.choice, self.explore_steps
-            bucket.restart = True
+        self._stats = {}
 
     def _decide(self, bucket: Bucket) -> None:
-        kept, explored = bucket.rates[bucket.choice], bucket.rates[bucket.mode]
-        if explored.num_samples and explored.rate > kept.rate * (1 + self.margin):
+        """Keep the faster mode; the next exploration comes later the more often and the more
+        clearly the other mode lost."""
+        kept, explored = bucket.last[bucket.choice], bucket.last[bucket.mode]
+        kept_cost = kept.seconds_per_token if kept is not None else math.inf
+        explored_cost = explored.seconds_per_token
+        if explored_cost * (1 + self.margin) < kept_cost:
             bucket.choice = bucket.mode
             bucket.num_switches += 1
+            bucket.backoff = 1
+        else:  # confirmed: the losing mode is explored less often
+            bucket.backoff = min(2 * bucket.backoff, MAX_BACKOFF)
+        low, high = sorted((kept_cost, explored_cost))
+        loss = high / low if low > 0 else math.inf  # the loser's cost per token, relative
+        bounded = self.explore_steps * (loss - 1) / EXPLORE_SHARE if math.isfinite(loss) else 0
+        longest = self.explore_every * MAX_BACKOFF
+        bucket.interval = min(max(self.explore_every * bucket.backoff, math.ceil(bounded)), longest)
 
     def stats(self) -> dict[str, float]:
-        """Per bucket b: guard_b{b}_spec_tokens_per_s and guard_b{b}_plain_tokens_per_s (the
-        averages, 0 before a sample), guard_b{b}_speculating (the current choice, 1 or 0),
+        """Per bucket b, of the last complete window of each mode (0 before one):
+        guard_b{b}_spec_tokens_per_s and guard_b{b}_plain_tokens_per_s (of the whole batch),
+        guard_b{b}_spec_ms_per_token and guard_b{b}_plain_ms_per_token (what a request waited per
+        token: what the guard compares); guard_b{b}_speculating (the current choice, 1 or 0) and
         guard_b{b}_switches."""
-        # NOTE: the engine reads the stats after every step: the names are made once per bucket
-        stats: dict[str, float] = {}
-        for key, bucket in sorted(self.buckets.items()):
-            spec, plain, speculating, switches = _stat_names(key)
-            stats[spec] = bucket.rates[True].tokens_per_s
-            stats[plain] = bucket.rates[False].tokens_per_s
-            stats[speculating] = float(bucket.choice)
-            stats[switches] = bucket.num_switches
-        return stats
+        # NOTE: the engine reads the stats after every step: they are made again only once a
+        # window ended or a bucket began
+        if not self._stats:
+            for key, bucket in sorted(self.buckets.items()):
+                self._stats |= _bucket_stats(key, bucket)
+        return self._stats
+
+
+def _bucket_stats(key: int, bucket: Bucket) -> dict[str, float]:
+    names = _stat_names(key)
+    stats = {}
+    for mode, rate_name, wait_name in ((True, *names[:2]), (False, *names[2:4])):
+        window = bucket.last[mode]
+        stats[rate_name] = window.tokens_per_s if window is not None else 0.0
+        wait = window.seconds_per_token if window is not None else math.inf
+        stats[wait_name] = 1e3 * wait if wait < math.inf else 0.0
+    stats[names[4]] = float(bucket.choice)
+    stats[names[5]] = bucket.num_switches
+    return stats
 
 
 @functools.cache
-def _stat_names(bucket: int) -> tuple[str, str, str, str]:
+def _stat_names(bucket: int) -> tuple[str, ...]:
     prefix = f"guard_b{bucket}_"
     return tuple(
         prefix + name
-        for name in ("spec_tokens_per_s", "plain_tokens_per_s", "speculating", "switches")
+        for name in (
+            "spec_tokens_per_s",
+            "spec_ms_per_token",
+            "plain_tokens_per_s",
+            "plain_ms_per_token",
+            "speculating",
+            "switches",
+        )
     )

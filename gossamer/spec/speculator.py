@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -89,7 +89,6 @@ COST_OFF = "cost off"
 # are in gossamer/spec/guard.py).
 NOT_CONSULTED = "no mode"  # the guard did not decide the step's mode
 OVERLAP_END = "ends an overlap"  # launched before the previous after_step: its time is a tail
-FIRST_PROPOSAL = "first proposal"  # proposing for it built some request's index
 PROMPT_CHUNK = "prompt chunk"  # it computed a prompt chunk too
 
 
@@ -98,7 +97,8 @@ class GuardCycle:
     """One engine step as the measured guard saw it (`Speculator.cycle_observer`): from `start`
     (the previous after_step's start; None where unknown) to `end` (this after_step's start),
     `batch` scheduled requests, the guard's `mode` for it (None: not consulted), whether it
-    verified drafts, the tokens it emitted and what the guard made of it (`verdict`)."""
+    verified drafts, the tokens it emitted (in all, and per request id) and what the guard made
+    of it (`verdict`)."""
 
     start: float | None
     end: float
@@ -107,6 +107,7 @@ class GuardCycle:
     drafted: bool
     tokens: int
     verdict: str
+    request_tokens: Mapping[str, int]
 
 
 @dataclass
@@ -340,33 +341,34 @@ class Speculator:
         self, scheduled: SchedulerOutput, sampled: dict[str, list[int]], now: float
     ) -> None:
         """For the measured guard: the step just done, from the start of the previous after_step
-        (which proposed for it, or not) to now, and the tokens it emitted. Steps with a prompt
-        chunk, and those whose proposing built an index first, are left out."""
+        (which proposed for it, or not) to now, and the tokens each request got. Steps with a
+        prompt chunk are left out; those whose proposing built an index count in full."""
         items = scheduled.scheduled_requests
         mode, start = self._step_mode, self._cycle_start
         self._step_mode = None
         if self.guard is None:
             return
-        tokens = sum(len(sampled.get(item.request_id, ())) for item in items)
+        tokens = {item.request_id: len(sampled.get(item.request_id, ())) for item in items}
         verdict = self._unsampled_reason(items, mode, start)
         if verdict is None:
-            verdict = self.guard.record(len(items), mode, now - start, tokens)
+            verdict = self.guard.record(mode, now - start, tokens, self._first_proposal)
         if self.cycle_observer is not None:
             drafted = any(item.num_draft_tokens for item in items)
-            self.cycle_observer(GuardCycle(start, now, len(items), mode, drafted, tokens, verdict))
+            total = sum(tokens.values())
+            cycle = GuardCycle(start, now, len(items), mode, drafted, total, verdict, tokens)
+            self.cycle_observer(cycle)
 
     def _unsampled_reason(
         self, items: Sequence[ScheduledRequest], mode: bool | None, start: float | None
     ) -> str | None:
-        """Why the guard takes no sample of the step just done (None: it does)."""
+        """Why the guard takes no sample of the step just done (None: it does). A step whose
+        proposing built an index is a sample: that is what speculating costs a new request."""
+        if not _decode_only(items):
+            return PROMPT_CHUNK
         if mode is None:
             return NOT_CONSULTED
         if start is None:
             return OVERLAP_END
-        if self._first_proposal:
-            return FIRST_PROPOSAL
-        if not _decode_only(items):
-            return PROMPT_CHUNK
         return None
 
     def _record(self, scheduled: SchedulerOutput, sampled: dict[str, list[int]]) -> None:

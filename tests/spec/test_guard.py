@@ -5,6 +5,7 @@ fake clock every decision is deterministic, and outputs never change."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -12,7 +13,17 @@ import pytest
 
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig, SpecConfigError, parse_spec_config
-from gossamer.spec.guard import WARMUP_STEPS, MeasuredGuard, bucket_of
+from gossamer.spec.guard import (
+    CAPPED,
+    EXPLORE_SHARE,
+    INDEXED,
+    MAX_BACKOFF,
+    SAMPLED,
+    WARM_UP,
+    WARMUP_STEPS,
+    MeasuredGuard,
+    bucket_of,
+)
 from tests.spec.conftest import FREE_VERIFICATION, make_engine, repetitive_prompts, run_engine
 
 EVERY, WINDOW = 12, 3  # explore_every, explore_steps
@@ -20,14 +31,29 @@ EVERY, WINDOW = 12, 3  # explore_every, explore_steps
 LONG, SHORT = EVERY + WARMUP_STEPS, WINDOW + WARMUP_STEPS
 
 
+def kept(backoff: int, loss: float = 1.0) -> int:
+    """Steps a window of the kept mode takes after `backoff` confirming explorations in a row (0:
+    it just won), the other mode having cost `loss` times as much per token."""
+    bounded = math.ceil(WINDOW * (loss - 1) / EXPLORE_SHARE)
+    steps = max(EVERY * min(2**backoff, MAX_BACKOFF), bounded)
+    return min(steps, EVERY * MAX_BACKOFF) + WARMUP_STEPS
+
+
+def batch_tokens(batch: int, per_request) -> dict[str, float]:
+    """Request id -> tokens: `per_request` for each of `batch` requests, or a list of them."""
+    if not isinstance(per_request, list):
+        per_request = [per_request] * batch
+    return {f"r{i}": count for i, count in enumerate(per_request)}
+
+
 def feed(guard: MeasuredGuard, batch: int, steps: int, seconds: dict[bool, float], tokens) -> list:
-    """Run `steps` decisions of `batch` decodes, each step taking seconds[mode] and emitting
-    tokens[mode] per request; returns the modes in order."""
+    """Run `steps` decisions of `batch` decodes, each step taking seconds[mode] and giving each
+    request tokens[mode] (a number, or one per request); returns the modes in order."""
     modes = []
     for _ in range(steps):
         mode = guard.allows(batch)
         modes.append(mode)
-        guard.record(batch, mode, seconds[mode], batch * tokens[mode])
+        guard.record(mode, seconds[mode], batch_tokens(batch, tokens[mode]))
     return modes
 
 
@@ -46,20 +72,27 @@ def test_buckets_are_powers_of_two():
     assert [bucket_of(b) for b in (1, 2, 3, 4, 5, 8, 9, 32, 33)] == [1, 2, 4, 4, 8, 8, 16, 32, 64]
 
 
-def test_slower_speculation_is_switched_off_and_explored_again_now_and_then():
+def test_slower_speculation_is_switched_off_and_explored_ever_more_rarely():
     guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
     # auto on mini at batch 8 on the H200: 1.30 tokens per request a step (2048 in 197 steps)
     # in 1.58 ms, against 1 token in 0.91 ms
-    # a first window of speculation, one of plain decoding, then plain with short spec windows
-    expected = [(True, SHORT), (False, SHORT + LONG), (True, SHORT), (False, LONG), (True, SHORT)]
-    expected += [(False, LONG)]
+    # a first window of speculation, one of plain decoding, then plain with short spec windows,
+    # each confirming plain and so doubling the plain window after it, up to MAX_BACKOFF times;
+    # speculation costs 1.34x per token, so a plain window lasts 51 steps at the least
+    loss = 1.58 / 1.30 / 0.91
+    expected = [(True, SHORT), (False, SHORT + kept(0, loss))]
+    for backoff in range(1, 5):
+        expected += [(True, SHORT), (False, kept(backoff, loss))]
     steps = sum(length for _, length in expected)
     modes = feed(guard, 8, steps, {True: 1.58e-3, False: 0.91e-3}, {True: 1.30, False: 1.0})
     assert runs(modes) == expected
+    assert kept(4) == EVERY * MAX_BACKOFF + WARMUP_STEPS  # the longest
     stats = guard.stats()
     assert stats["guard_b8_speculating"] == 0.0 and stats["guard_b8_switches"] == 1
     assert stats["guard_b8_plain_tokens_per_s"] == pytest.approx(8 / 0.91e-3)
     assert stats["guard_b8_spec_tokens_per_s"] == pytest.approx(8 * 1.30 / 1.58e-3)
+    assert stats["guard_b8_plain_ms_per_token"] == pytest.approx(0.91)
+    assert stats["guard_b8_spec_ms_per_token"] == pytest.approx(1.58 / 1.30)
     assert guard.allows(8) and guard.buckets[8].exploring  # the next window explores
     assert guard.allows(5) and len(guard.buckets) == 1  # 5 shares bucket 8
 
@@ -67,11 +100,38 @@ def test_slower_speculation_is_switched_off_and_explored_again_now_and_then():
 def test_faster_speculation_stays_on_with_short_plain_windows():
     guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
     # auto on mini at batch 1: 1.62 tokens a step (256 in 158) in 0.68 ms against 1 in 0.58 ms
-    expected = [(True, SHORT), (False, SHORT), (True, LONG), (False, SHORT), (True, LONG)]
+    # (the first plain window already confirms speculation: the kept window doubles; plain costs
+    # 1.38x per token, so a speculating window lasts 58 steps at the least)
+    loss = 0.58 / (0.68 / 1.62)
+    expected = [(True, SHORT), (False, SHORT), (True, kept(1, loss))]
+    expected += [(False, SHORT), (True, kept(2, loss))]
     steps = sum(length for _, length in expected)
     modes = feed(guard, 1, steps, {True: 0.68e-3, False: 0.58e-3}, {True: 1.62, False: 1.0})
     assert runs(modes) == expected
     assert guard.stats()["guard_b1_speculating"] == 1.0
+
+
+def test_a_switch_resets_the_backoff():
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    tokens = {True: 1.13, False: 1.0}  # speculation: 1.13 tokens a step
+    # spec, plain: spec kept; a plain window confirms it again (the spec window quadruples)
+    feed(guard, 1, SHORT + SHORT + kept(1, 1.13) + SHORT, {True: 1.0, False: 1.0}, tokens)
+    assert guard.buckets[1].backoff == 4 and guard.allows(1)
+    # speculation turns slow (1.3 s a step): the next plain window switches; plain windows then
+    # last explore_every (or what the loss bounds them to: 1.15x, 23 steps)
+    slow = 1.3 / 1.13
+    modes = feed(guard, 1, kept(2, 1.13) + SHORT + kept(0, slow), {True: 1.3, False: 1.0}, tokens)
+    assert runs(modes) == [(True, kept(2, 1.13)), (False, SHORT + kept(0, slow))]
+    assert guard.buckets[1].backoff == 1 and guard.buckets[1].num_switches == 1
+    assert not guard.buckets[1].choice and guard.allows(1)  # plain kept; now it explores
+
+
+def test_a_mode_that_lost_by_far_is_explored_rarely_at_once():
+    """Speculation at 4x plain's cost per token: a window of it costs 3 steps more than plain's
+    3, so plain windows last the longest (96 steps: the loss bounds them at 450)."""
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    feed(guard, 8, 2 * SHORT, {True: 4.0, False: 1.0}, {True: 1.0, False: 1.0})
+    assert guard.buckets[8].interval == EVERY * MAX_BACKOFF and not guard.allows(8)
 
 
 def test_hysteresis_keeps_the_choice_when_the_other_mode_is_barely_faster():
@@ -80,18 +140,80 @@ def test_hysteresis_keeps_the_choice_when_the_other_mode_is_barely_faster():
     feed(guard, 2, 2 * SHORT, {True: 1.03, False: 1.0}, {True: 1.0, False: 1.0})
     assert guard.allows(2) and guard.buckets[2].num_switches == 0
     # once plain is chosen, speculation 3% faster does not win it back either
-    feed(guard, 2, LONG + SHORT, {True: 2.0, False: 1.0}, {True: 1.0, False: 1.0})
+    window = guard.buckets[2].interval + WARMUP_STEPS
+    feed(guard, 2, window + SHORT, {True: 2.0, False: 1.0}, {True: 1.0, False: 1.0})
     assert not guard.allows(2)
-    feed(guard, 2, LONG + SHORT, {True: 0.97, False: 1.0}, {True: 1.0, False: 1.0})
+    window = guard.buckets[2].interval + WARMUP_STEPS
+    feed(guard, 2, window + SHORT, {True: 0.97, False: 1.0}, {True: 1.0, False: 1.0})
     assert not guard.allows(2) and guard.buckets[2].num_switches == 1
 
 
 def test_a_stall_is_capped_and_does_not_condemn_a_mode():
     guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
-    guard.record(1, True, 50.0, 2)  # the window's first step: not measured
-    guard.record(1, True, 1.0, 2)
-    guard.record(1, True, 100.0, 2)  # a pause of the caller: counted as 4x the average
-    assert guard.buckets[1].rates[True].seconds == pytest.approx(1 + 0.5 * 3)
+    tokens = {"a": 2}
+    assert guard.record(True, 50.0, tokens) == WARM_UP  # the window's first step
+    assert guard.record(True, 1.0, tokens) == SAMPLED
+    assert guard.record(True, 100.0, tokens) == CAPPED  # a pause: counted as 4x recent steps
+    assert guard.buckets[1].window.seconds == pytest.approx(1 + 4)
+
+
+def test_a_step_that_built_an_index_counts_in_full():
+    """The first proposal for a request indexes its prompt: a cost of speculating, never a stall,
+    counted even as a window's first step."""
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    tokens = {"a": 2}
+    assert guard.record(True, 30.0, tokens, built_index=True) == INDEXED  # ends the warm-up
+    assert guard.record(True, 1.0, tokens) == SAMPLED
+    assert guard.record(True, 50.0, tokens, built_index=True) == INDEXED
+    window = guard.buckets[1].last[True]  # the window (3 steps) is complete
+    assert window.seconds == pytest.approx(81.0) and window.num_steps == 3
+    assert guard.buckets[1].recent[True] == 1.0  # the stall cap's reference leaves them out
+
+
+def test_speculation_that_slows_some_requests_more_than_it_speeds_others_loses():
+    """Batch 8 as e2e's chat prompts on mini: three rewrites accept most drafts (5 tokens a step),
+    three summaries some (3), two stories none (1), in a 1.2 ms step against plain's 0.45 ms. The
+    batch gets more tokens per second from speculation (21.7k against 17.8k), but the stories
+    wait 1.2 ms per token against 0.45: keeping speculation, the rewrites finish early and the
+    stories run on in a tail of small batches. The root mean square of a request's wait per token
+    is 0.66 ms (the mean, 0.54)."""
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    mix = [5, 3, 1, 5, 3, 1, 5, 3]
+    feed(guard, 8, 2 * SHORT, {True: 1.2e-3, False: 0.45e-3}, {True: mix, False: 1})
+    stats = guard.stats()
+    assert stats["guard_b8_spec_tokens_per_s"] > stats["guard_b8_plain_tokens_per_s"]
+    waits = [1.2 / count for count in mix]
+    rms = math.sqrt(sum(wait * wait for wait in waits) / len(waits))
+    assert stats["guard_b8_spec_ms_per_token"] == pytest.approx(rms)
+    assert not guard.allows(8) and stats["guard_b8_speculating"] == 0.0
+
+
+def test_speculation_that_speeds_up_most_requests_and_slows_one_a_little_wins():
+    """Seven requests at 4 tokens a step and one at 2.4, in a 1.2 ms step against 0.45: the
+    slow one waits 0.5 ms per token instead of 0.45, the others 0.3; in a batch that arrived
+    together the last finishes ~9% sooner speculating (a model of e2e's makespan)."""
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    mix = [4] * 7 + [2.4]
+    feed(guard, 8, 2 * SHORT, {True: 1.2e-3, False: 0.45e-3}, {True: mix, False: 1})
+    assert guard.allows(8) and guard.stats()["guard_b8_speculating"] == 1.0
+
+
+def test_a_window_counts_all_its_steps_not_the_last_few():
+    """A kept speculating window whose first half is slow (a costly phase: new requests, a
+    proposer's slow path) is judged by all of it: an average over its last steps (the old guard's
+    exponential average) would keep speculating."""
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    feed(guard, 1, 2 * SHORT, {True: 1.0, False: 1.0}, {True: 2.0, False: 1.0})  # spec kept
+    left = guard.buckets[1].left
+    # the kept window: its first half slow (rising under the stall cap's 4x of recent steps),
+    # then 1 s steps; 2 tokens each: over 1 s a token in all, against plain's 1 s
+    slow = [1.5, 2.2, 3.5, 5.0] + [6.0] * (left // 2 - 4)
+    guard.record(True, 1.0, {"r0": 2})  # the window's warm-up
+    for seconds in slow + [1.0] * (left - len(slow)):
+        guard.record(True, seconds, {"r0": 2})
+    assert guard.buckets[1].last[True].seconds_per_token > 1.05
+    feed(guard, 1, SHORT, {True: 1.0, False: 1.0}, {True: 2.0, False: 1.0})  # the plain window
+    assert not guard.allows(1)
 
 
 def test_tokens_are_compared_per_request_across_the_batches_of_a_bucket():
@@ -99,9 +221,9 @@ def test_tokens_are_compared_per_request_across_the_batches_of_a_bucket():
     # bucket 8: speculation measured at batch 8, plain at batch 5, the same step time: per
     # request speculation emits 1.5 tokens a step against 1, though plain at 5 emits fewer in all
     for _ in range(SHORT):
-        guard.record(8, True, 1.0, 12)
+        guard.record(True, 1.0, batch_tokens(8, 1.5))
     for _ in range(SHORT):
-        guard.record(5, False, 1.0, 5)
+        guard.record(False, 1.0, batch_tokens(5, 1))
     assert guard.allows(8)
 
 
@@ -143,13 +265,21 @@ class FakeClock:
         return self.now
 
 
-PARAMS = SamplingParams(temperature=0, max_tokens=80, ignore_eos=True)
+PARAMS = SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)
 
 
-def guarded_run(target, target_path, verify_cost: float, **options):
+def guarded_run(
+    target,
+    target_path,
+    verify_cost: float,
+    index_cost: float = 0.0,
+    undrafted: tuple[str, ...] = (),
+    **options,
+):
     """Two requests, the target drafting for itself (every draft accepted, 5 tokens a step), on
-    a fake clock: a plain step takes 1 s, a verification step `verify_cost` s, proposing none.
-    Returns (tokens, per decode-only step whether it verified drafts, spec stats)."""
+    a fake clock: a plain step takes 1 s, a verification step `verify_cost` s, proposing none but
+    `index_cost` s for each request's first proposal; requests in `undrafted` get no drafts (1
+    token a step). Returns (tokens, per decode-only step whether it verified drafts, stats)."""
     spec = SpecConfig(
         method="auto",
         model=str(target_path),
@@ -175,6 +305,19 @@ def guarded_run(target, target_path, verify_cost: float, **options):
         return run(seqs)
 
     engine.runner.run = timed_run
+    proposer = engine.speculator.proposers["draft"]
+    indexed: set[str] = set()
+
+    def costly_propose(group, propose=proposer.propose):
+        new = {spec.request_id for spec in group} - indexed
+        clock.now += index_cost * len(new)
+        indexed.update(new)
+        drafts = propose(group)
+        return [
+            None if s.request_id in undrafted else d for s, d in zip(group, drafts, strict=True)
+        ]
+
+    proposer.propose = costly_propose
     requests = {str(i): (p, PARAMS) for i, p in enumerate(repetitive_prompts(2, seed=21))}
     tokens, _, _ = run_engine(engine, requests)
     return tokens, verified, engine.stats.spec_stats
@@ -189,19 +332,19 @@ def plain_tokens(target):
 def test_the_engine_turns_slow_speculation_off_and_explores_again(
     target, target_path, plain_tokens
 ):
-    # 5 tokens per request in 10 s against 1 in 1 s: plain decoding wins
-    tokens, verified, stats = guarded_run(target, target_path, verify_cost=10.0)
+    # 5 tokens per request in 5.65 s against 1 in 1 s: plain decoding wins (by 1.13x a token)
+    tokens, verified, stats = guarded_run(target, target_path, verify_cost=5.65)
     assert tokens == plain_tokens
     assert stats["guard_b2_speculating"] == 0.0 and stats["num_guard_off_steps"] > 0
     assert stats["guard_b2_plain_tokens_per_s"] == pytest.approx(2.0)
-    assert stats["guard_b2_spec_tokens_per_s"] == pytest.approx(1.0)
+    assert stats["guard_b2_spec_tokens_per_s"] == pytest.approx(10 / 5.65)
     pattern = runs(verified)
-    # speculation first (its first proposal is not measured: one step more), then plain only,
-    # but for windows of speculation every EVERY plain steps
-    assert pattern[0] == (True, SHORT + 1)
-    assert pattern[1] == (False, SHORT + LONG)
+    # speculation first (its first step built the requests' indexes: measured, so no warm-up),
+    # then plain only, but for windows of speculation ever more rarely
+    assert pattern[0] == (True, WINDOW)
+    assert pattern[1] == (False, SHORT + kept(0, 1.13))
     assert pattern[2] == (True, SHORT)
-    assert pattern[3] == (False, LONG)
+    assert pattern[3] == (False, kept(1, 1.13))
     assert len(pattern) >= 5  # the last run may be cut short by the requests' end
     assert all(length == SHORT for mode, length in pattern[2:-1:2])
 
@@ -212,8 +355,42 @@ def test_the_engine_keeps_fast_speculation_on(target, target_path, plain_tokens)
     assert tokens == plain_tokens
     assert stats["guard_b2_speculating"] == 1.0 and stats["guard_b2_switches"] == 0
     pattern = runs(verified)
-    assert pattern[:2] == [(True, SHORT + 1), (False, SHORT)] and pattern[2][0]
+    assert pattern[:2] == [(True, WINDOW), (False, SHORT)] and pattern[2][0]
     assert sum(verified) > 2 * (len(verified) - sum(verified))
+
+
+def test_the_engine_charges_speculation_for_the_indexes_it_builds(
+    target, target_path, plain_tokens
+):
+    """Speculating is fast (5 tokens per request in 1.5 s against 1 in 1 s), but proposing for a
+    request the first time costs 6.2 s (its index): the first window of speculation pays 12.4 s
+    more for its 15 tokens a request, and plain decoding wins the first decision (1.13 s a token
+    against 1). The old guard left that step out and kept speculating. Once the indexes exist,
+    the next window of speculation wins again."""
+    tokens, verified, stats = guarded_run(target, target_path, verify_cost=1.5, index_cost=6.2)
+    assert tokens == plain_tokens
+    pattern = runs(verified)
+    assert pattern[0] == (True, WINDOW)
+    assert pattern[1] == (False, SHORT + kept(0, (12.4 + 3 * 1.5) / 15))  # the indexes decided
+    assert pattern[2][0] and pattern[2][1] > SHORT  # speculation again, for good
+    assert stats["guard_b2_speculating"] == 1.0 and stats["guard_b2_switches"] == 2
+
+
+def test_the_engine_keeps_plain_where_speculation_slows_a_request(
+    target, target_path, plain_tokens
+):
+    """One request gets 5 tokens a step from speculation, the other none to draft (1 token), in a
+    2 s step against plain's 1 s: the batch gets more tokens per second speculating (3 against 2),
+    which the old guard kept, but the second request waits twice as long per token (the root
+    mean square over both: 1.44 s against 1 s)."""
+    tokens, verified, stats = guarded_run(target, target_path, verify_cost=2.0, undrafted=("1",))
+    assert tokens == plain_tokens
+    assert stats["guard_b2_spec_tokens_per_s"] > stats["guard_b2_plain_tokens_per_s"]
+    rms = math.sqrt(((2 / 5) ** 2 + (2 / 1) ** 2) / 2)
+    assert stats["guard_b2_spec_ms_per_token"] == pytest.approx(1e3 * rms)
+    assert stats["guard_b2_speculating"] == 0.0
+    pattern = runs(verified)
+    assert pattern[:2] == [(True, WINDOW), (False, SHORT + kept(0, rms))]
 
 
 def test_greedy_outputs_are_unchanged_whatever_the_guard_decides(target, plain_tokens):
