@@ -481,7 +481,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--spec-config", default='{"method": "auto", "measured_guard": true}')
+    parser.add_argument("--spec-config", default='{"method": "auto"}')
     parser.add_argument("--batch-sizes", default="8")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=1, help="guarded runs per batch size")

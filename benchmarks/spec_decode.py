@@ -26,11 +26,11 @@ tree drafts (top-k children per depth, verified with a tree attention mask; such
 auto times its step-cost table when its engine starts (with CUDA graphs; the line "auto: step costs
 timed at start-up in ... s" shows it, gossamer/spec/calibrate.py) unless --auto-cost-table gives one,
 and charges the proposers' measured host time; each auto row prints the plain step and proposing
-times it ended with, and a guarded row (auto-guard) its measured guard's state per batch bucket
-(gossamer/spec/guard.py: tokens/s of speculating and plain steps, and whether it speculates).
---methods ...,auto-fixed adds
-auto as it was before: the built-in table, host time free; ...,auto-guard adds auto with the
-measured guard (opt-in, "measured_guard": true; the guard's own effect).
+times it ended with, and its measured guard's state per batch bucket (on by default for auto;
+gossamer/spec/guard.py: per mode the tokens/s of its last window and what a request waited per
+token there, and whether it speculates). --methods ...,auto-noguard adds auto
+without the guard ("measured_guard": false: the cost model alone, the guard's own effect);
+...,auto-fixed adds auto as it was before: the built-in table, host time free, no guard.
 Every method, "none" included, runs with overlapped scheduling as `gossamer serve` does by default
 (--no-async-scheduling: synchronous steps), so that speedups are against the default serving
 engine; with a speculator, plain decode steps overlap while it is idle at the batch (the column
@@ -78,8 +78,8 @@ BLOCK = 16
 DEFAULT_TREE = "3,1,1,1"  # top 3 at the first depth, chains below: 12 nodes, depth 4
 TREE_SUFFIX = "-tree"
 AUTO_FIXED = "auto-fixed"
-AUTO_GUARD = "auto-guard"
-COMPARISONS = (AUTO_FIXED, AUTO_GUARD)  # rows only when asked for
+AUTO_NOGUARD = "auto-noguard"
+COMPARISONS = (AUTO_FIXED, AUTO_NOGUARD)  # rows only when asked for
 
 
 # ---- e2e ----------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def method_configs(args: argparse.Namespace) -> dict[str, SpecConfig | None]:
         charge_proposer_time=False,
         measured_guard=False,
     )
-    methods[AUTO_GUARD] = replace(methods["auto"], measured_guard=True)
+    methods[AUTO_NOGUARD] = replace(methods["auto"], measured_guard=False)
     methods |= tree_configs(args, methods)
     default = [name for name in methods if name not in COMPARISONS]  # comparisons, when asked
     wanted = args.methods.split(",") if args.methods else default
@@ -337,10 +337,12 @@ def _cost_times(spec_stats: dict[str, float]) -> dict[str, float]:
 
 
 def _guard_state(spec_stats: dict[str, float], counted: dict[str, float]) -> dict[str, float]:
-    """The guard's averages and choices per bucket (rounded), and the timed run's steps it kept
-    plain."""
+    """The guard's last windows and choices per bucket (rounded; waits in ms to the us), and the
+    timed run's steps it kept plain."""
     state = {
-        name: round(value, 1) for name, value in spec_stats.items() if name.startswith("guard_")
+        name: round(value, 3 if name.endswith("_ms_per_token") else 1)
+        for name, value in spec_stats.items()
+        if name.startswith("guard_")
     }
     if state:
         state["num_guard_off_steps"] = counted.get("num_guard_off_steps", 0)

@@ -68,13 +68,14 @@ class SpecConfig:
     # Charge the proposers' measured host time per request (python lookups, a draft model's
     # passes) against speculating, in plain steps (gossamer/spec/cost.py). Off: drafts are free.
     charge_proposer_time: bool = True
-    # Check the choice against measured wall-clock throughput per batch-size bucket, and keep
-    # speculation off where plain steps emit more tokens per second (gossamer/spec/guard.py).
-    # Off by default (None or False): on gpt-oss-mini on the H200 (BENCHMARKS.md, sixth session)
-    # it did not lift auto at batch 8 (0.62x either way) and cost batch 1 (0.87x against 1.17x
-    # without it) by judging from noisy first windows. Every `explore_every` decode-only steps
-    # of a bucket, `explore_steps` steps run the other mode; it switches when that mode is
-    # faster by more than `guard_margin` (0.05: 5%).
+    # Check the choice against the wall clock per batch-size bucket, and keep speculation off
+    # where plain steps make requests wait less per token (gossamer/spec/guard.py). None: on for
+    # "auto", off for a single method (as cost_aware). On gpt-oss-mini on the H200 against
+    # overlapped plain decoding (BENCHMARKS.md, seventh session) auto ran 1.29x / 0.75x at batch
+    # 1 / 8 with the guard and 0.89x / 0.43x without; the guard now also counts what it left out
+    # then (index builds, the requests speculation slows). Every `explore_every` decode-only
+    # steps of a bucket (more while the other mode keeps losing), `explore_steps` steps run the
+    # other mode; it switches when that mode is faster by more than `guard_margin` (0.05: 5%).
     measured_guard: bool | None = None
     explore_every: int = 128
     explore_steps: int = 8
@@ -171,8 +172,8 @@ class SpecConfig:
 
     @property
     def guards_speculation(self) -> bool:
-        """Whether measured throughput may turn speculation off per batch-size bucket."""
-        return bool(self.measured_guard)
+        """Whether the measured guard may turn speculation off per batch-size bucket."""
+        return self.method == "auto" if self.measured_guard is None else self.measured_guard
 
     @property
     def draft_len_ladder(self) -> tuple[int, ...]:

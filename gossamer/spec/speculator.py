@@ -38,11 +38,13 @@ When to speculate:
   a first proposal builds per-request indexes once) and the engine's step (from the end of one
   `after_step` to the start of the next, decode-only steps); `calibrate` times the runner's
   verification steps at start-up (gossamer/spec/calibrate.py).
-- the measured guard (`measured_guard`, opt-in; gossamer/spec/guard.py): per
+- the measured guard (`measured_guard`, on for "auto" by default; gossamer/spec/guard.py): per
   batch-size bucket, the wall time of whole engine steps (from one `after_step` to the next, so
-  proposing and every per-step host cost is in it) and the tokens they emitted, for steps it let
-  speculate and steps it kept plain; where plain steps emit more per second, the bucket does not
-  speculate at all (no proposer runs) but for a short window now and then that measures again.
+  proposing, index builds and every per-step host cost is in it) and the tokens each request
+  got, in windows of steps it let speculate and of steps it kept plain; where requests wait less
+  per token in plain steps, the bucket does not speculate at all (no proposer runs) but for a
+  short window now and then that measures again. `cycle_observer` sees every step's verdict
+  (benchmarks/guard_accounting.py).
 
 Tree drafts (`tree` in the config, draft and eagle3 only; gossamer/spec/tree.py): a draft is a
 tree of top-k guesses, fed in breadth-first order; `tree_mask` gives the engine each request's
