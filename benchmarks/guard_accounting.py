@@ -6,16 +6,19 @@
 
 The measured guard (gossamer/spec/guard.py) keeps, per batch bucket, the faster of speculating
 and plain decoding by the wall time of engine steps (from one Speculator.after_step to the next)
-and the tokens they emitted. This script runs a guarded engine and asks where the time of the run
-went: every step is one "cycle" of the guard (Speculator.cycle_observer), either a sample of its
-mode or left out for a reason (the verdicts of gossamer/spec/speculator.py and guard.py). Cycles
-tile the run: the run's wall time is their sum plus the time before the first after_step and
-after the last. Then, per bucket and mode, it sets the guard's view (its samples' tokens over
-their seconds, and its final exponential averages) beside what each mode delivered: the tokens
-and wall time of every cycle that ran in that mode, left-out ones included. A mode whose left-out
-cycles cost more per token than its samples is flattered by the guard; one whose samples run
-slower than its stretches is wronged. A "none" run (no speculator) on the same workload gives the
-plain baseline, its decode steps alone too.
+and the tokens each request got. This script runs a guarded engine and asks where the time of the
+run went: every step is one "cycle" of the guard (Speculator.cycle_observer), either a sample of
+its mode or left out for a reason (the verdicts of gossamer/spec/speculator.py and guard.py:
+"window warm-up", "no mode", "ends an overlap", "prompt chunk"; samples may be "capped" as
+stalls). Cycles tile the run: "where the time went" adds up to the run's wall time (the last row
+is the time after the last after_step). "by batch size" is the time and tokens at each batch size
+and mode: a closed batch whose requests progress unevenly ends in a tail of small batches. Then,
+per bucket and mode, it sets the guard's view (its last complete window: tokens per second of the
+batch, and what a request waited per token, the root mean square over requests that the guard
+compares) beside the guard's samples in this run and every cycle that ran in that mode, left-out
+ones included. A mode whose left-out cycles cost more per token than its samples is flattered by
+the guard; one whose samples run slower than its stretches is wronged. A "none" run (no
+speculator) on the same workload gives the plain baseline (its decode steps alone too).
 
 Workloads, as `spec_host_cost.py`: by default an oracle model (every fed token's next token is
 looked up in its request's predetermined text, so that n-gram and suffix drafts are accepted part
@@ -241,6 +244,7 @@ def run_batch(engine: EngineCore, prompts: list[list[int]], max_tokens: int) -> 
     speculator = engine.speculator
     if speculator is not None:
         speculator.cycle_observer = run.cycles.append
+    _sync()
     run.start = time.perf_counter()
     while engine.has_unfinished_requests():
         prompt_before, start = engine.stats.prompt_tokens, time.perf_counter()
@@ -249,11 +253,17 @@ def run_batch(engine: EngineCore, prompts: list[list[int]], max_tokens: int) -> 
         if engine.stats.prompt_tokens == prompt_before:
             run.decode_seconds += time.perf_counter() - start
             run.decode_tokens += tokens
+    _sync()  # an overlapped step may still run for a request that ended (as e2e's end)
     run.end = time.perf_counter()
     if speculator is not None:
         speculator.cycle_observer = None
         run.guard_stats = {k: v for k, v in speculator.stats().items() if k.startswith("guard_")}
     return run
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def measure(args, spec: SpecConfig | None, batch: int) -> Run:

@@ -1,0 +1,63 @@
+"""benchmarks/guard_accounting.py: the guard's cycles tile the run's wall time, each with a verdict,
+and a small run on the oracle reports them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "guard_accounting.py"
+SMALL = ["--prompt-tokens", "96", "--max-tokens", "40", "--vocab", "200", "--phrases", "40"]
+SMALL += ["--max-model-len", "512", "--device-ms-scale", "0.2"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("guard_accounting_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cycles_add_up_to_the_run(bench):
+    args = bench.parse_args([*SMALL, "--spec-config", '{"method": "auto", "explore_steps": 2}'])
+    run = bench.measure(args, bench.parse_spec_config(args.spec_config), batch=3)
+    account = bench.books(run)
+    assert run.tokens == 3 * 40 and run.cycles
+    tallied = sum(window.seconds for window in account.by_verdict.values())
+    assert tallied == pytest.approx(run.seconds, rel=1e-6)
+    verdicts = set(account.by_verdict)
+    assert "prompt chunk" in verdicts and any(v.startswith("sampled") for v in verdicts)
+    # every decode cycle belongs to a bucket and mode; what the guard sampled is part of it
+    for key, sampled in account.sampled.items():
+        assert sampled.num_steps <= account.delivered[key].num_steps
+    assert "guard_b4_speculating" in run.guard_stats
+
+
+def test_the_oracle_texts_mix_what_requests_accept(bench):
+    args = bench.parse_args([*SMALL, "--output-copy-probs", "1.0,0.0"])
+    texts = bench.oracle_texts(args, 2, seed=5)
+    prompt = args.prompt_tokens
+    assert texts[0][:prompt] != texts[1][:prompt]
+    assert all(len(text) == prompt + args.max_tokens + 2 * args.k + 2 for text in texts)
+
+
+def test_a_small_run_prints_and_writes_its_books(bench, tmp_path, capsys):
+    out = tmp_path / "books.json"
+    threads = torch.get_num_threads()
+    try:
+        bench.main([*SMALL, "--batch-sizes", "2", "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)  # main() keeps the oracle's tiny tensors on one thread
+    printed = capsys.readouterr().out
+    assert "where the time went" in printed and "by batch size" in printed
+    result = json.loads(out.read_text())
+    (row,) = result["runs"]
+    assert row["batch"] == 2 and row["tokens"] == 80 and row["none"]["tokens"] == 80
+    assert row["by_verdict"] and row["delivered"]
