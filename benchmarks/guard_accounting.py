@@ -379,14 +379,12 @@ def print_modes(account: Books) -> None:
         f"{'tok/s':>8s} {'ms/tok':>7s} | {'cycles':>6s} {'ms':>8s} {'tok/s':>8s} {'ms/tok':>7s}"
         " | left out (cycles, ms)"
     )
-    for key in sorted(account.delivered, key=_bucket_order):
-        if key.endswith("prompt"):
-            continue
+    for key in sorted(_modes_seen(account), key=_bucket_order):
         bucket, mode = key.split()
         guard_rate = account.guard_stats.get(f"guard_{bucket}_{mode}_tokens_per_s", math.nan)
         guard_wait = account.guard_stats.get(f"guard_{bucket}_{mode}_ms_per_token", math.nan)
         sampled = account.sampled.get(key, Window())
-        delivered = account.delivered[key]
+        delivered = account.delivered.get(key, Window())
         left = ", ".join(
             f"{verdict} {t.num_steps} {1e3 * t.seconds:.2f}"
             for verdict, t in sorted(account.left_out.get(key, {}).items())
@@ -397,6 +395,18 @@ def print_modes(account: Books) -> None:
             f"{1e3 * delivered.seconds:8.2f} {delivered.tokens_per_s:8,.0f} {_ms(delivered):7.3f}"
             f" | {left}"
         )
+
+
+def _modes_seen(account: Books) -> set[str]:
+    """ "b{bucket} {mode}" of the cycles that ran, and of the guard's last windows (a mode may
+    have run only in the warm-up batch)."""
+    seen = {key for key in account.delivered if not key.endswith("prompt")}
+    for name, value in account.guard_stats.items():
+        bucket, _, rest = name.removeprefix("guard_").partition("_")
+        mode = rest.partition("_")[0]
+        if mode in ("spec", "plain") and value:
+            seen.add(f"{bucket} {mode}")
+    return seen
 
 
 def _ms(window: Window) -> float:
