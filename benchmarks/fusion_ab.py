@@ -14,8 +14,6 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   ahead0/1/2   both batch-1 MoE GEMVs load each step's scales (1), and its x words too (2), a step
                early (the AHEAD constexpr of moe_mxfp4's fp16 GEMVs; the default: down 2, gate_up 0)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
-  route_in_gemv  no routing launch: the norm kernel writes the fp16 GEMV's x and the two expert
-               GEMVs pick their experts from the router logits (moe_mxfp4.ROUTE_IN_GEMV)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -57,9 +55,7 @@ VARIANTS = {
     "ahead1": {"moe_ahead": (1, 1)},
     "ahead2": {"moe_ahead": (2, 2)},
     "ahead0": {"moe_ahead": (0, 0)},
-    "route_in_gemv": {"route_in_gemv": True},
     "late_kv": {"early_kv": False},
-    "route_late_kv": {"route_in_gemv": True, "early_kv": False},
 }
 
 
@@ -70,7 +66,6 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
-    moe_mxfp4.ROUTE_IN_GEMV = variant.get("route_in_gemv", defaults["route_in_gemv"])
     gate_up_ahead, down_ahead = variant.get("moe_ahead", defaults["moe_ahead"])
     moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | {"AHEAD": gate_up_ahead}
     moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | {"AHEAD": down_ahead}
@@ -129,7 +124,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
-                "route_in_gemv": moe_mxfp4.ROUTE_IN_GEMV, "early_kv": attention.EARLY_KV,
+                "early_kv": attention.EARLY_KV,
                 "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "down": moe_mxfp4.DECODE_FP16_DOWN,
                 "moe_ahead": (moe_mxfp4.DECODE_FP16_GATE_UP.get("AHEAD", 0),
                               moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0))}  # fmt: skip

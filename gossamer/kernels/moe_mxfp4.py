@@ -423,15 +423,9 @@ def _top_k_softmax(logits, expert, ids_ptr, weights_ptr, E: tl.constexpr, E_P2: 
         top_ids = tl.where(slot == k, best_id, top_ids)
         logits = tl.where(expert == best_id, float("-inf"), logits)
     valid = slot < TOP_K
-    tl.store(ids_ptr + slot, top_ids, mask=valid)
-    tl.store(weights_ptr + slot, _top_k_weights(top_logits, valid), mask=valid)
-
-
-@triton.jit
-def _top_k_weights(top_logits, valid):
-    """The softmax over the chosen fp32 logits [K_P2] (valid: the first TOP_K slots; -inf past)."""
     exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
-    return exps / tl.sum(exps, axis=0)
+    tl.store(ids_ptr + slot, top_ids, mask=valid)
+    tl.store(weights_ptr + slot, exps / tl.sum(exps, axis=0), mask=valid)
 
 
 @triton.jit
@@ -659,31 +653,15 @@ def fuses_router(
 ) -> bool:
     """Whether `norm_router_moe` serves this problem in its fused form (decode-sized MXFP4 batches
     on the fp16 GEMV path); else the caller composes the norm, the router and `moe_mxfp4`."""
-    return (
-        FUSED_ROUTER
-        and hidden.shape[0] <= ROUTER_MAX_TOKENS
-        and _on_fp16_gemv_path(hidden, residual, router_weight, experts, top_k, swiglu_limit)
-    )
-
-
-def _on_fp16_gemv_path(
-    hidden: torch.Tensor,
-    residual: torch.Tensor | None,
-    router_weight: torch.Tensor,
-    experts: ExpertWeights,
-    top_k: int,
-    swiglu_limit: float,
-) -> bool:
-    """Whether the layer half of these inputs is a decode-sized MXFP4 problem that `moe_mxfp4`
-    sends to the packed-fp16 GEMV, with a router and a residual that fit the hidden rows."""
     num_tokens, num_experts = hidden.shape[0], router_weight.shape[0]
     max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * num_experts)
     return (
-        DECODE_FP16
+        FUSED_ROUTER
+        and DECODE_FP16
         and experts.is_mxfp4
         and 0.0 < swiglu_limit < 1e4
         and hidden.dim() == 2
-        and 1 <= num_tokens
+        and 1 <= num_tokens <= ROUTER_MAX_TOKENS
         and num_tokens * top_k <= max_pairs
         and hidden.dtype == router_weight.dtype
         and (residual is None or (residual.dtype, residual.shape) == (hidden.dtype, hidden.shape))
@@ -1152,7 +1130,7 @@ def _pair_plane_index(k, N: tl.constexpr):
 def _fp16_gate_up_kernel(
     x_ptr,  # [T, H/2] int32: x * 2^e_t as fp16 pair planes [T, 4, H/8]
     x_unscale_ptr,  # [T] fp32: 2^-e_t
-    ids_ptr,  # [P] int32; ROUTE: the router logits [T, E] (row stride LOGITS_STRIDE)
+    ids_ptr,  # [P] int32
     words_ptr,  # [E, 2I, H/32, 4] int32
     scales_ptr,  # [E, 2I, H/32] uint8
     bias_ptr,  # [E, 2I]
@@ -1174,10 +1152,6 @@ def _fp16_gate_up_kernel(
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0, also load a step ahead: 1 scales, 2 and x
-    ROUTE: tl.constexpr = False,  # pick the pair's expert from the router logits (ROUTE_IN_GEMV)
-    E: tl.constexpr = 1,  # ROUTE: experts (logits per row)
-    E_P2: tl.constexpr = 1,  # ROUTE: E rounded up to a power of two
-    LOGITS_STRIDE: tl.constexpr = 0,  # ROUTE: elements between rows of the logits
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1187,11 +1161,7 @@ def _fp16_gate_up_kernel(
     g_hi = (pid_k + 1) * G // SPLIT_K
     token = pair // TOP_K
     pdl.wait(PDL)
-    if ROUTE:  # the logits come from the launch before this one (the router GEMV)
-        expert = _routed_expert(ids_ptr + token * LOGITS_STRIDE, pair % TOP_K, E, E_P2, TOP_K)
-    else:
-        expert = tl.load(ids_ptr + pair)
-    expert = expert.to(tl.int64)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
 
     j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
     j_ok = j < INTER
@@ -1375,8 +1345,8 @@ def _fp16_swiglu_kernel(
 @triton.jit(do_not_specialize=["scale_step"])
 def _fp16_down_kernel(
     act_ptr,  # [P, INTER/2] int32 (fp16 pairs, act * 2^ACT_EXP)
-    ids_ptr,  # [P] int32; ROUTE: the router logits [T, E] (row stride LOGITS_STRIDE)
-    route_w_ptr,  # [P] fp32 (not read with ROUTE)
+    ids_ptr,  # [P] int32
+    route_w_ptr,  # [P] fp32
     words_ptr,  # [E, H, INTER/32, 4] int32
     scales_ptr,  # [E, H, INTER/32] uint8
     bias_ptr,  # [E, H]
@@ -1395,10 +1365,6 @@ def _fp16_down_kernel(
     PREFETCH_WORDS: tl.constexpr = 128,  # per (row, expert), sent to L2 before the PDL wait
     LAYOUT: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
     AHEAD: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
-    ROUTE: tl.constexpr = False,  # as in _fp16_gate_up_kernel: the token's experts and weights
-    E: tl.constexpr = 1,  # as in _fp16_gate_up_kernel
-    E_P2: tl.constexpr = 1,
-    LOGITS_STRIDE: tl.constexpr = 0,
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1410,17 +1376,12 @@ def _fp16_down_kernel(
     slot_ok = slot < TOP_K
     pair = token * TOP_K + slot
     # NOTE: under PDL this runs while gate_up (the previous kernel) may still run, but the routing
-    # that wrote ids and route_w (with ROUTE: the router GEMV that wrote the logits) came before
-    # gate_up, and gate_up's programs let this kernel start only after their own wait, i.e. after
-    # that kernel finished: ids and logits are final. They are read through L2 (.cg), where that
-    # kernel's writes are. So the first weight tile below is requested before this kernel's wait,
-    # and its trip from HBM overlaps gate_up's tail.
-    if ROUTE:
-        expert, route_w = _routed_experts(ids_ptr + token * LOGITS_STRIDE, E, E_P2, TOP_K, K_P2)
-    else:
-        expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg")
-        route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0, cache_modifier=".cg")
-    expert = expert.to(tl.int64)
+    # that wrote ids and route_w came before gate_up, and gate_up's programs let this kernel start
+    # only after their own wait, i.e. after routing finished: ids are final. They are read through
+    # L2 (.cg), where that kernel's writes are. So the first weight tile below is requested before
+    # this kernel's wait, and its trip from HBM overlaps gate_up's tail.
+    expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg").to(tl.int64)
+    route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0, cache_modifier=".cg")
 
     row = pid_n * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = row < H
@@ -1605,15 +1566,13 @@ def _fp16_experts(
     swiglu_alpha: float,
     gate_up_config: dict[str, int] | None = None,
     down_config: dict[str, int] | None = None,
-    router_logits: torch.Tensor | None = None,
 ) -> None:
-    """The fp16 GEMV path after the routing: gate_up (+ SwiGLU), then down into out. With
-    router_logits [T, E] (ids and route_w None) the GEMVs route themselves (ROUTE)."""
+    """The fp16 GEMV path after the routing: gate_up (+ SwiGLU), then down into out."""
     act_exp = act_exponent(swiglu_limit)
     act = _fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, swiglu_limit, swiglu_alpha,
-                        act_exp, gate_up_config or DECODE_FP16_GATE_UP, router_logits)  # fmt: skip
+                        act_exp, gate_up_config or DECODE_FP16_GATE_UP)  # fmt: skip
     down = down_config or DECODE_FP16_DOWN
-    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, down, router_logits)
+    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, down)
 
 
 # Epilogue kernels (split-K sums) take this many elements per program.
@@ -1631,13 +1590,10 @@ def _fp16_gate_up(
     swiglu_alpha: float,
     act_exp: int,
     config: dict[str, int],
-    router_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """gate_up GEMV (+ the split-K epilogue) -> act [P, I] fp16, pair planes, * 2^act_exp.
-    With router_logits (ids None) each program picks its expert from them (ROUTE, no split K)."""
-    num_pairs = x_h.shape[0] * top_k
+    """gate_up GEMV (+ the split-K epilogue) -> act [P, I] fp16, pair planes, * 2^act_exp."""
+    num_pairs = ids.shape[0]
     split_k = config["SPLIT_K"]
-    route = _route_constexprs(router_logits, split_k)
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     part = None
     if split_k > 1:
@@ -1645,7 +1601,7 @@ def _fp16_gate_up(
     _fp16_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), num_pairs, split_k)](
         x_h.view(torch.int32),
         x_unscale,
-        ids if router_logits is None else router_logits,
+        ids,
         experts.gate_up_blocks.view(torch.int32),
         experts.gate_up_scales,
         experts.gate_up_bias.contiguous(),
@@ -1660,7 +1616,6 @@ def _fp16_gate_up(
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
         **config,
-        **route,
         **pdl.launch_options(x_h.device),
     )
     if split_k > 1:
@@ -1692,15 +1647,10 @@ def _fp16_down(
     top_k: int,
     act_exp: int,
     config: dict[str, int],
-    router_logits: torch.Tensor | None = None,
 ) -> None:
-    """down GEMV (+ the split-K sum): out[t] = sum over slots of weight * (W act + bias). With
-    router_logits (ids and route_w None) each program routes its token itself (ROUTE)."""
+    """down GEMV (+ the split-K sum): out[t] = sum over slots of weight * (W act + bias)."""
     num_tokens, hidden = out.shape
     split_k = config["SPLIT_K"]
-    route = _route_constexprs(router_logits, split_k)
-    if router_logits is not None:
-        ids = route_w = router_logits  # the kernel's ids_ptr; route_w_ptr is not read
     target = out
     if split_k > 1:
         target = torch.empty(split_k, num_tokens, hidden, dtype=torch.float32, device=out.device)
@@ -1720,7 +1670,6 @@ def _fp16_down(
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
         **config,
-        **route,
         **pdl.launch_options(out.device),
     )
     if split_k > 1:
@@ -1735,171 +1684,6 @@ def _fp16_down(
             num_warps=4,
             **pdl.launch_options(out.device),
         )
-
-
-# ----------------------------------------------------------------------------------------------
-# Decode path, packed-fp16 variant: the routing inside the GEMVs (ROUTE_IN_GEMV)
-# ----------------------------------------------------------------------------------------------
-# At batch 1 `_route_kernel` is a launch of its own between the router GEMV and gate_up, about
-# 2.8 us per layer on the H200, mostly latency (a launch boundary and dependent trips to memory).
-# With ROUTE_IN_GEMV the post-attention norm kernel also writes x as the fp16 GEMV's input
-# (norm.rms_norm_fp16_planes, the bits route_fp16 writes), each gate_up program picks its pair's
-# expert from the router logits after its wait, and each down program picks its token's experts
-# and softmax weights before its wait (the NOTE in _fp16_down_kernel says why that is legal).
-# The pick is _top_k_softmax's (largest first, ties to the lower expert id), on integer keys that
-# hold a logit's order and its expert id at once (_logit_keys): one max reduction per chosen
-# expert instead of two (the max, then the lowest id at it), as ~700 gate_up programs (120b, T=1)
-# each repeat it on the critical path. Off by default until timed on the H200:
-# GOSSAMER_ROUTE_IN_GEMV=1 turns it on (benchmarks/fusion_ab.py's route_in_gemv variant).
-ROUTE_IN_GEMV = os.environ.get("GOSSAMER_ROUTE_IN_GEMV", "0") == "1"
-# The smallest keys of each width: experts past E and experts already picked.
-_NO_KEY32 = tl.constexpr(-(1 << 31))
-_NO_KEY64 = tl.constexpr(-(1 << 63))
-
-
-@triton.jit
-def _logit_keys(logits, expert, E: tl.constexpr, E_P2: tl.constexpr):
-    """Router logits [E_P2] as loaded (16- or 32-bit floats) -> integer keys, distinct per expert,
-    whose order is _top_k_softmax's: the logit (its IEEE sign-magnitude bits turned into a
-    two's-complement order, -0 equal to +0), then the lower expert id (reversed in the low bits).
-    Experts past E get the smallest key. int32 keys for 16-bit logits, int64 for 32-bit ones."""
-    reversed_id = E_P2 - 1 - expert
-    if logits.dtype.primitive_bitwidth == 16:
-        bits = logits.to(tl.int16, bitcast=True).to(tl.int32)
-        order = bits ^ ((bits >> 15) & 0x7FFF)  # negatives: larger magnitude, smaller order
-        order = tl.where(order == -1, 0, order)  # -0 (order -1) ties with +0, as in float compares
-        return tl.where(expert < E, (order << 16) | reversed_id, _NO_KEY32)
-    else:
-        bits = logits.to(tl.int32, bitcast=True).to(tl.int64)
-        order = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-        order = tl.where(order == -1, 0, order)
-        return tl.where(expert < E, (order << 32) | reversed_id.to(tl.int64), _NO_KEY64)
-
-
-@triton.jit
-def _key_expert(key, E: tl.constexpr, E_P2: tl.constexpr):
-    """The expert id held in a key of _logit_keys (clamped, as _top_k_softmax clamps for NaNs)."""
-    return tl.minimum(E_P2 - 1 - (key & (E_P2 - 1)).to(tl.int32), E - 1)
-
-
-@triton.jit
-def _key_logit(key, DTYPE: tl.constexpr):
-    """The fp32 logit of a key of _logit_keys (DTYPE: the logits' type; -0 comes back as +0)."""
-    if DTYPE.primitive_bitwidth == 16:
-        order = key >> 16
-        bits = order ^ ((order >> 15) & 0x7FFF)  # the map of _logit_keys is its own inverse
-        return bits.to(tl.int16).to(DTYPE, bitcast=True).to(tl.float32)
-    else:
-        order = (key >> 32).to(tl.int32)
-        bits = order ^ ((order >> 31) & 0x7FFFFFFF)
-        return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _without(keys, key):
-    """keys with `key` (one expert's) replaced by the smallest key: it is not picked again."""
-    if keys.dtype == tl.int32:
-        return tl.where(keys == key, _NO_KEY32, keys)
-    else:
-        return tl.where(keys == key, _NO_KEY64, keys)
-
-
-@triton.jit
-def _routed_expert(logits_row_ptr, rank, E: tl.constexpr, E_P2: tl.constexpr,
-                   TOP_K: tl.constexpr):  # fmt: skip
-    """The expert _top_k_softmax puts in slot `rank` (0: the largest logit) for the router logits
-    at logits_row_ptr [E]: TOP_K max reductions over one [E_P2] vector."""
-    expert = tl.arange(0, E_P2)
-    logits = tl.load(logits_row_ptr + expert, mask=expert < E, other=0.0)
-    keys = _logit_keys(logits, expert, E, E_P2)
-    best = tl.max(keys, axis=0)
-    picked = best
-    for k in tl.static_range(1, TOP_K):
-        keys = _without(keys, best)
-        best = tl.max(keys, axis=0)
-        picked = tl.where(rank == k, best, picked)
-    return _key_expert(picked, E, E_P2)
-
-
-@triton.jit
-def _routed_experts(logits_row_ptr, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
-                    K_P2: tl.constexpr):  # fmt: skip
-    """_top_k_softmax's experts and weights for the router logits at logits_row_ptr [E] (read
-    through L2, .cg) -> (ids [K_P2] int32, weights [K_P2] fp32; 0 and 0.0 past TOP_K)."""
-    expert = tl.arange(0, E_P2)
-    logits = tl.load(logits_row_ptr + expert, mask=expert < E, other=0.0, cache_modifier=".cg")
-    keys = _logit_keys(logits, expert, E, E_P2)
-    slot = tl.arange(0, K_P2)
-    top_keys = tl.zeros([K_P2], keys.dtype)
-    for k in tl.static_range(TOP_K):
-        best = tl.max(keys, axis=0)
-        top_keys = tl.where(slot == k, best, top_keys)
-        keys = _without(keys, best)
-    valid = slot < TOP_K
-    top_logits = tl.where(valid, _key_logit(top_keys, logits.dtype), float("-inf"))
-    ids = tl.where(valid, _key_expert(top_keys, E, E_P2), 0)
-    return ids, _top_k_weights(top_logits, valid)
-
-
-def _route_constexprs(router_logits: torch.Tensor | None, split_k: int) -> dict:
-    """The fp16 GEMVs' ROUTE constexprs for these logits [T, E] (none without: ids are read)."""
-    if router_logits is None:
-        return {}
-    if split_k != 1:  # the split-K epilogues read ids (and gate_up's breaks down's NOTE)
-        raise MoEShapeError(f"the GEMVs route themselves only without split K, got {split_k}")
-    num_experts = router_logits.shape[1]
-    return {"ROUTE": True, "E": num_experts, "E_P2": triton.next_power_of_2(num_experts),
-            "LOGITS_STRIDE": router_logits.stride(0)}  # fmt: skip
-
-
-def routes_in_gemv(
-    hidden: torch.Tensor,
-    residual: torch.Tensor | None,
-    router_weight: torch.Tensor,
-    experts: ExpertWeights,
-    top_k: int,
-    swiglu_limit: float,
-) -> bool:
-    """Whether a layer half goes norm (+ the fp16 GEMV's x) -> router -> `moe_mxfp4_routed`: with
-    ROUTE_IN_GEMV on, for the problems `moe_mxfp4` sends to `moe_mxfp4_decode_fp16`, whose
-    default configs do not split K; else the caller composes the parts as before."""
-    return (
-        ROUTE_IN_GEMV
-        and DECODE_FP16_GATE_UP["SPLIT_K"] == 1
-        and DECODE_FP16_DOWN["SPLIT_K"] == 1
-        and _on_fp16_gemv_path(hidden, residual, router_weight, experts, top_k, swiglu_limit)
-    )
-
-
-def moe_mxfp4_routed(
-    x: torch.Tensor,  # [T, H] the normed rows (shapes and the output dtype only)
-    x_h: torch.Tensor,  # [T, H] fp16: norm.rms_norm_fp16_planes's (route_fp16's x_h)
-    x_unscale: torch.Tensor,  # [T] fp32
-    router_logits: torch.Tensor,  # [T, E] the router GEMV's output
-    experts: ExpertWeights,
-    top_k: int,
-    swiglu_limit: float,
-    swiglu_alpha: float,
-    gate_up_config: dict[str, int] | None = None,
-    down_config: dict[str, int] | None = None,
-) -> torch.Tensor:
-    """`moe_mxfp4_decode_fp16` without its routing launch: the GEMVs pick the experts (and down
-    the weights) from the logits themselves, the ones route_fp16 would pick. Two launches, graph
-    safe; the configs (DECODE_FP16_GATE_UP / DECODE_FP16_DOWN by default) need SPLIT_K 1."""
-    num_tokens, hidden, _, inter = _check(x, router_logits, experts, top_k)
-    if not experts.is_mxfp4 or not 0.0 < swiglu_limit < 1e4:
-        raise MoEShapeError("the routed fp16 GEMVs need MXFP4 experts and a finite SwiGLU limit")
-    if x_h.shape != (num_tokens, hidden) or x_unscale.shape != (num_tokens,):
-        raise MoEShapeError(f"x_h {tuple(x_h.shape)} / x_unscale {tuple(x_unscale.shape)} "
-                            f"do not match x {tuple(x.shape)}")  # fmt: skip
-    out = torch.empty(num_tokens, hidden, dtype=x.dtype, device=x.device)
-    if num_tokens == 0:
-        return out
-    if router_logits.stride(1) != 1:
-        router_logits = router_logits.contiguous()
-    _fp16_experts(x_h, x_unscale, None, None, experts, out, inter, top_k, swiglu_limit,
-                  swiglu_alpha, gate_up_config, down_config, router_logits)  # fmt: skip
-    return out
 
 
 # ----------------------------------------------------------------------------------------------

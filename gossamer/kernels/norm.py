@@ -7,10 +7,6 @@ the add saves one launch and one round trip of the hidden state per norm (two no
 
 Semantics are exactly `TorchOps.rms_norm` (gossamer/ops/torch_ref.py), which is also the pure-torch
 twin used by the tests.
-
-`rms_norm_fp16_planes` (the post-attention norm under moe_mxfp4.ROUTE_IN_GEMV) also writes the normed
-rows as the packed-fp16 MoE GEMV's input, which the routing kernel would otherwise write: the same
-bits, as both convert the normed values rounded to x.dtype.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ import triton
 import triton.language as tl
 
 from gossamer.kernels import pdl
-from gossamer.kernels.moe_mxfp4 import _store_fp16_planes
 from gossamer.ops.torch_ref import TorchOps
 
 
@@ -31,8 +26,6 @@ def _rms_norm_kernel(
     weight_ptr,  # [H] float32
     out_ptr,  # [T, H] normed, x.dtype
     hidden_out_ptr,  # [T, H] x + residual, x.dtype (unused without HAS_RESIDUAL)
-    x_h_ptr,  # [T, PLANES_H] fp16 out: the normed rows as the fp16 MoE GEMV's x (PLANES_H > 0)
-    x_unscale_ptr,  # [T] fp32 out (PLANES_H > 0)
     hidden_size,
     stride_x,
     stride_residual,
@@ -42,7 +35,6 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK_H: tl.constexpr,
     PDL: tl.constexpr,
-    PLANES_H: tl.constexpr = 0,  # > 0 (= hidden_size): also write x_h and x_unscale
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
@@ -61,13 +53,7 @@ def _rms_norm_kernel(
     h32 = hidden.to(tl.float32)
     mean_square = tl.sum(h32 * h32, axis=0) / hidden_size
     normed = h32 * tl.rsqrt(mean_square + eps)
-    out = (weight * normed).to(x.dtype)
-    tl.store(out_ptr + row * stride_out + cols, out, mask=mask)
-    if PLANES_H:  # from the rounded values, zero past the row: what moe_mxfp4._route_kernel reads
-        row_values = tl.where(mask, out.to(tl.float32), 0.0)
-        _store_fp16_planes(
-            row_values, cols, x_h_ptr + row * PLANES_H, x_unscale_ptr + row, PLANES_H
-        )
+    tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(x.dtype), mask=mask)
 
 
 def rms_norm(
@@ -77,35 +63,6 @@ def rms_norm(
     residual: torch.Tensor | None = None,  # [T, H]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual) * weight, x + residual); without a residual (normed, x)."""
-    out, new_residual = _norm(x, weight, eps, residual)
-    return out.view(x.shape), new_residual
-
-
-def rms_norm_fp16_planes(
-    x: torch.Tensor,  # [T, H], H a multiple of 8
-    weight: torch.Tensor,  # [H]
-    eps: float,
-    residual: torch.Tensor | None = None,  # [T, H]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`rms_norm` -> (normed, new residual, x_h, x_unscale), the last two the packed-fp16 MoE
-    GEMV's input that moe_mxfp4.route_fp16 makes of the normed rows, bit for bit: x_h [T, H] fp16
-    pair planes scaled by 2^e_t, x_unscale [T] fp32 = 2^-e_t."""
-    if x.dim() != 2 or x.shape[1] % 8:
-        raise ValueError(f"fp16 planes need x [T, H] with H a multiple of 8, got {tuple(x.shape)}")
-    x_h = torch.empty(x.shape, dtype=torch.float16, device=x.device)
-    x_unscale = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    out, new_residual = _norm(x, weight, eps, residual, (x_h, x_unscale))
-    return out, new_residual, x_h, x_unscale
-
-
-def _norm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    residual: torch.Tensor | None,
-    planes: tuple[torch.Tensor, torch.Tensor] | None = None,  # (x_h, x_unscale) to write
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One launch of the norm kernel -> (normed [rows, H], the new residual in x's shape)."""
     hidden_size = x.shape[-1]
     x2d = _rows(x)
     out = torch.empty_like(x2d)
@@ -114,7 +71,6 @@ def _norm(
         hidden_out = torch.empty_like(x2d)
     else:
         residual2d, hidden_out = x2d, out  # placeholders, never read or written
-    x_h, x_unscale = planes if planes is not None else (out, out)  # placeholders without planes
     num_rows = x2d.shape[0]
     if num_rows > 0:
         block = triton.next_power_of_2(hidden_size)
@@ -124,8 +80,6 @@ def _norm(
             weight,
             out,
             hidden_out,
-            x_h,
-            x_unscale,
             hidden_size,
             x2d.stride(0),
             residual2d.stride(0),
@@ -134,10 +88,10 @@ def _norm(
             eps,
             HAS_RESIDUAL=residual is not None,
             BLOCK_H=block,
-            PLANES_H=hidden_size if planes is not None else 0,
             num_warps=_num_warps(block),
             **pdl.launch_options(x.device),
         )
+    out = out.view(x.shape)
     if residual is None:
         return out, x
     return out, hidden_out.view(x.shape)

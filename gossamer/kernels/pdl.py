@@ -13,14 +13,13 @@ The contract every PDL kernel here keeps: no load of activations, caches or meta
 of any kind before `wait`. Then each kernel's predecessor has finished before it reads or writes,
 and by induction so have all earlier kernels (a kernel launched without PDL is ordered as usual).
 Two exceptions, argued where they are made. (1) The MoE down GEMV reads the routing's expert ids
-(with moe_mxfp4.ROUTE_IN_GEMV: the router GEMV's logits) before its wait. That kernel ran two
-kernels earlier, and gate_up (in between) lets down start only after its own wait, so those
-values are final; down reads them through L2 (.cg). (2) Decode attention with its fused KV write
-(attention.EARLY_KV) reads the step's metadata and its first key tile before its wait: the
-metadata was uploaded before the step's first kernel, and the layer's cache was last written by
-earlier steps, except the new token's slot, which that kernel itself writes and patches in
-registers. The wait completes at once when a kernel was launched without PDL, so the same binary
-is correct either way. Stream capture keeps PDL edges in CUDA graphs.
+before its wait. Routing ran two kernels earlier, and gate_up (in between) lets down start only
+after its own wait, so those ids are final; down reads them through L2 (.cg). (2) Decode attention
+with its fused KV write (attention.EARLY_KV) reads the step's metadata and its first key tile
+before its wait: the metadata was uploaded before the step's first kernel, and the layer's cache
+was last written by earlier steps, except the new token's slot, which that kernel itself writes
+and patches in registers. The wait completes at once when a kernel was launched without PDL, so
+the same binary is correct either way. Stream capture keeps PDL edges in CUDA graphs.
 
 `enabled(device)` says whether to launch with PDL: CUDA, compute capability 9.0+, not the CPU
 interpreter, and `ENABLED` (a switch for A/B measurements and debugging).

@@ -167,39 +167,17 @@ class TritonOps:
         swiglu_alpha: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # Decode batches: the router and the routing in one launch (with the norm, or after the
-        # norm kernel: moe_mxfp4.ROUTER_NORM), then the two expert GEMVs; or (ROUTE_IN_GEMV) the
-        # norm, the router GEMV and the two expert GEMVs routing themselves; else the parts.
+        # norm kernel: moe_mxfp4.ROUTER_NORM), then the two expert GEMVs; else the parts.
         moe = _kernel_module("moe_mxfp4")
         args = (router_weight, router_bias, experts, top_k, swiglu_limit, swiglu_alpha)
-        problem = (hidden, residual, router_weight, experts, top_k, swiglu_limit)
-        if moe is not None and moe.fuses_router(*problem):
-            if moe.ROUTER_NORM:
-                return moe.router_moe(hidden, residual, norm_weight, eps, *args)
-            normed, new_residual = self.rms_norm(hidden, norm_weight, eps, residual)
-            return moe.router_moe(normed, None, None, eps, *args)[0], new_residual
-        if moe is not None and moe.routes_in_gemv(*problem):
-            return self._norm_route_in_gemv_moe(moe, hidden, residual, norm_weight, eps, *args)
-        return compose_norm_moe(self, hidden, residual, norm_weight, eps, *args)
-
-    def _norm_route_in_gemv_moe(
-        self,
-        moe: ModuleType,
-        hidden: torch.Tensor,
-        residual: torch.Tensor | None,
-        norm_weight: torch.Tensor,
-        eps: float,
-        router_weight: torch.Tensor,
-        router_bias: torch.Tensor,
-        *moe_args: object,  # experts, top_k, swiglu_limit, swiglu_alpha
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """norm_moe without a routing launch: the norm (which also writes x as the fp16 GEMV's
-        input), the router GEMV on the normed rows (compose_norm_moe's), then gate_up and down,
-        each routing itself from the logits (moe_mxfp4.moe_mxfp4_routed)."""
-        normed, new_residual, x_h, x_unscale = norm.rms_norm_fp16_planes(
-            hidden, norm_weight, eps, residual
-        )
-        logits = self.linear(normed, router_weight, router_bias)
-        return moe.moe_mxfp4_routed(normed, x_h, x_unscale, logits, *moe_args), new_residual
+        if moe is None or not moe.fuses_router(
+            hidden, residual, router_weight, experts, top_k, swiglu_limit
+        ):
+            return compose_norm_moe(self, hidden, residual, norm_weight, eps, *args)
+        if moe.ROUTER_NORM:
+            return moe.router_moe(hidden, residual, norm_weight, eps, *args)
+        normed, new_residual = self.rms_norm(hidden, norm_weight, eps, residual)
+        return moe.router_moe(normed, None, None, eps, *args)[0], new_residual
 
 
 @functools.cache
