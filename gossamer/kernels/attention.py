@@ -40,7 +40,10 @@ one (sequence, kv head), exactly one has it in its split: that one rotates k, st
 token's slot and passes a CTA barrier (which makes its stores visible to its own later loads) before
 its key loop, which then reads the new key from the cache like any other. The other splits never
 touch that key, so no program waits for another's write; the stored bits and so the output are the
-ones the two launches give. A negative slot (graph padding) stores nothing, as in rope.py, and its
+ones the two launches give. With EARLY_KV each program loads its first key tile before its PDL
+wait (overlapping the QKV projection's tail: -79 us per 120b step on the H200); a first tile that
+holds the new key was loaded before the store, so that row is replaced by the stored bits in
+registers. A negative slot (graph padding) stores nothing, as in rope.py, and its
 row reads whatever its block table points at (the null block), as the two launches do.
 NOTE: a write lands in the cache while other sequences of the batch read it, so, as with any batch
 that the two launches would see, no sequence may read a slot that another writes in the same step.
