@@ -73,7 +73,8 @@ class SpecConfig:
     # "auto", off for a single method (as cost_aware). On gpt-oss-mini on the H200 against
     # overlapped plain decoding (BENCHMARKS.md, seventh session) auto ran 1.29x / 0.75x at batch
     # 1 / 8 with the guard and 0.89x / 0.43x without; the guard now also counts what it left out
-    # then (index builds, the requests speculation slows). Every `explore_every` decode-only
+    # then (index builds, amortized over their requests' lives; the requests speculation
+    # slows). Every `explore_every` decode-only
     # steps of a bucket (more while the other mode keeps losing), `explore_steps` steps run the
     # other mode; it switches when that mode is faster by more than `guard_margin` (0.05: 5%).
     measured_guard: bool | None = None

@@ -21,14 +21,27 @@ What a window measures (benchmarks/guard_accounting.py sets it beside the run's 
 numbers below are from a CPU oracle model on a simulated H200, batch 8 unless said):
 
 - **Everything a mode costs.** A window adds up the wall time of all its steps, not an average of
-  the recent ones: a long window of the kept mode counts all of its steps. The steps whose
-  proposing built a request's index (its first proposal of a method: ngram and suffix index the
-  whole prompt, ~1 ms per 1k-token request on a CPU core) count in full; the old guard left them
-  out, 3-14% of the run. Only the switches themselves stay out (the first step of a window: a
-  plain window's first step launches two steps, a draft model catches up on the tokens of a
-  plain window), and stalls count at most STALL_FACTOR times the mode's recent step (a garbage
-  collection or a pause of the caller in a window of eight 0.5 ms steps would otherwise decide
-  it; index builds are never capped).
+  the recent ones: a long window of the kept mode counts all of its steps. Only the switches
+  themselves stay out (the first step of a window: a plain window's first step launches two steps,
+  a draft model catches up on the tokens of a plain window), and stalls count at most STALL_FACTOR
+  times the mode's recent step (a garbage collection or a pause of the caller in a window of eight
+  0.5 ms steps would otherwise decide it).
+- **Index builds, amortized.** A request's first proposal of a method builds its index (ngram and
+  suffix index the whole prompt: ~1 ms per 1k-token request on a CPU core, tens of ms on the H200
+  host). That is paid once per request, whatever the window it lands in, so a window is charged
+  the share of it that falls on its own steps, not all of it. A building step counts as the
+  window's typical step (the mean of its other steps; else the mode's recent step); its extra time
+  E is split among the requests it indexed, and each request's part is spread over its expected
+  decode steps L = (tokens it may still get, max_tokens less those it has) / (tokens per request
+  and step the window measured), at least 1 and at most AMORTIZE_HORIZON times `explore_every`
+  (the longest the guard keeps a decision; also where max_tokens is unknown). The window pays E/L
+  for each of its steps from the build on, the whole of E where the request ends within it; every
+  request of the window waits for that share in proportion to the time it ran. Counted in full
+  (the guard of e6bd9e9), one 1k-token prompt's build made the first window of speculation at batch
+  1 on the H200 look 11x slower than plain decoding (6.37 ms a token against 0.58), and the guard
+  never speculated in a 256-token run that unguarded auto ran 1.20x faster; left out (the guard
+  before it), a stream of new requests made speculation look cheaper than it is (3-14% of the run
+  at batch 8). Amortized, a stream of arrivals still pays each request's build over its life.
 - **What a request waits per token.** A window keeps, per request, the time it ran and the tokens
   it got, and is scored by the root mean square over requests (weighted by the time each ran) of
   seconds per token: the lower the better. Plain decoding gives every request one token per step;
@@ -47,7 +60,9 @@ numbers below are from a CPU oracle model on a simulated H200, batch 8 unless sa
   switches and, for speculation, the indexes of the requests that arrived meanwhile (25-36 ms of a
   160 ms run). So the interval to the next exploration doubles with each that confirms the choice
   (up to MAX_BACKOFF times `explore_every`; a switch resets it), and is at least what keeps
-  exploring a mode that cost r times as much per token within EXPLORE_SHARE of the time.
+  exploring a mode that cost r times as much per token within EXPLORE_SHARE of the time, but never
+  more than MAX_BACKOFF times `explore_every` whatever r: one bad window cannot turn a mode off for
+  good (with the defaults, 1024 steps at the most).
 
 Requests are compared by their own tokens so that two windows of one bucket at different batch
 sizes (5 and 8 requests, say) compare fairly where the step time hardly depends on the batch
@@ -69,13 +84,16 @@ STALL_FACTOR = 4.0  # a step slower than this many times its mode's recent steps
 # catches up on the tokens of a plain window in its first proposal).
 WARMUP_STEPS = 1
 MAX_BACKOFF = 8  # explorations that keep confirming the choice come at most 8x more rarely
+# An index build is spread over at most this many times `explore_every` of its request's steps:
+# the longest the guard keeps a decision (module doc), and the life of a request of unknown length.
+AMORTIZE_HORIZON = MAX_BACKOFF
 # At most about this share of a bucket's time goes to exploring a mode that lost: a window of
 # `explore_steps` steps that cost r times the kept mode's comes every explore_steps * (r - 1) /
-# EXPLORE_SHARE steps at the earliest (within explore_every * MAX_BACKOFF).
+# EXPLORE_SHARE steps at the earliest, but always within explore_every * MAX_BACKOFF.
 EXPLORE_SHARE = 0.02
 # What `MeasuredGuard.record` made of a step (the speculator's cycle observer reports it).
 SAMPLED = "sampled"
-INDEXED = "sampled, built an index"  # counted in full, never capped
+INDEXED = "sampled, built an index"  # its extra time amortized over its requests' lives
 CAPPED = "sampled, capped"  # a stall: counted as STALL_FACTOR times its mode's recent steps
 WARM_UP = "window warm-up"  # a window's first steps, not measured
 OTHER_WINDOW = "other mode's step"  # the batch changed bucket between deciding and recording
@@ -86,19 +104,33 @@ def bucket_of(batch: int) -> int:
     return 1 << max(batch - 1, 0).bit_length()
 
 
+@dataclass(frozen=True)
+class IndexBuild:
+    """A step whose proposing built some requests' indexes, held apart until its window ends."""
+
+    position: int  # the window's steps before it
+    seconds: float
+    request_ids: tuple[str, ...]  # the step's requests (they all waited for it)
+    remaining: tuple[float, ...]  # per request it indexed: the tokens it may still get
+
+
 @dataclass
 class Window:
     """The measured steps of one window: their wall time and tokens in all, and per request the
-    time it ran and the tokens it got."""
+    time it ran and the tokens it got. Steps that built indexes wait in `builds` until `settle`
+    charges them (module doc)."""
 
     seconds: float = 0.0
     tokens: float = 0.0
     num_steps: int = 0
+    request_steps: int = 0  # the steps each request ran, summed over requests
     requests: dict[str, list[float]] = field(default_factory=dict)  # id -> [seconds, tokens]
+    builds: list[IndexBuild] = field(default_factory=list)
 
     def add(self, seconds: float, tokens: Mapping[str, float]) -> None:
         self.seconds += seconds
         self.num_steps += 1
+        self.request_steps += len(tokens)
         for request_id, count in tokens.items():
             self.tokens += count
             entry = self.requests.get(request_id)
@@ -107,6 +139,51 @@ class Window:
             else:
                 entry[0] += seconds
                 entry[1] += count
+
+    def add_build(
+        self, seconds: float, tokens: Mapping[str, float], remaining: Mapping[str, float]
+    ) -> None:
+        """A step that built the indexes of the requests in `remaining` (id -> the tokens each may
+        still get): its tokens count now, its time when the window is settled."""
+        build = IndexBuild(self.num_steps, seconds, tuple(tokens), tuple(remaining.values()))
+        self.builds.append(build)
+        self.add(0.0, tokens)
+
+    def settle(self, reference: float, horizon: float) -> None:
+        """Charges the held index builds: each step as the window's typical one (the mean of its
+        other steps, else `reference`; with neither, in full), and of its extra time the share
+        of each request's expected life (in steps, at most `horizon`) that the window covers."""
+        builds, self.builds = self.builds, []
+        if not builds:
+            return
+        ordinary = self.num_steps - len(builds)
+        typical = self.seconds / ordinary if ordinary else reference
+        per_step = self.tokens / self.request_steps if self.request_steps else 1.0
+        charge = 0.0
+        for build in builds:
+            own = min(build.seconds, typical) if typical > 0 else build.seconds
+            self._spend(own, build.request_ids)
+            covered = self.num_steps - build.position
+            share = (build.seconds - own) / len(build.remaining)
+            for tokens_left in build.remaining:
+                life = min(max(tokens_left / per_step, 1.0), horizon)
+                charge += share * min(covered / life, 1.0)
+        self._stretch(charge)
+
+    def _spend(self, seconds: float, request_ids: tuple[str, ...]) -> None:
+        """`seconds` more for the window and each of `request_ids` (no more steps or tokens)."""
+        self.seconds += seconds
+        for request_id in request_ids:
+            self.requests[request_id][0] += seconds
+
+    def _stretch(self, seconds: float) -> None:
+        """`seconds` more for the window, each request waiting for its share by the time it ran."""
+        if seconds <= 0 or self.seconds <= 0:
+            return
+        factor = 1 + seconds / self.seconds
+        self.seconds += seconds
+        for entry in self.requests.values():
+            entry[0] *= factor
 
     @property
     def seconds_per_token(self) -> float:
@@ -170,32 +247,32 @@ class MeasuredGuard:
         speculated: bool,
         seconds: float,
         tokens: Mapping[str, float],
-        built_index: bool = False,
+        built: Mapping[str, float] | None = None,
     ) -> str:
         """A decode-only step, run in mode `speculated`, took `seconds` of wall time and gave
-        each of its requests `tokens[request id]`; `built_index`: proposing for it built some
-        request's index. Returns what became of it (SAMPLED, INDEXED, CAPPED, WARM_UP or
-        OTHER_WINDOW)."""
+        each of its requests `tokens[request id]`; `built`: the requests whose index proposing
+        for it built, each with the tokens it may still get (math.inf: unknown). Returns what
+        became of it (SAMPLED, INDEXED, CAPPED, WARM_UP or OTHER_WINDOW)."""
         bucket = self._bucket(len(tokens))
         if speculated != bucket.mode:
             return OTHER_WINDOW
-        if bucket.unmeasured and not built_index:
+        if bucket.unmeasured and not built:
             bucket.unmeasured -= 1
             return WARM_UP
         bucket.unmeasured = 0  # a first step that built an index is counted, and ends the warm-up
-        seconds, verdict = self._capped(bucket, speculated, seconds, built_index)
-        bucket.window.add(seconds, tokens)
+        if built:  # what speculating costs a new request: charged when the window ends
+            bucket.window.add_build(seconds, tokens, built)
+            verdict = INDEXED
+        else:
+            seconds, verdict = self._capped(bucket, speculated, seconds)
+            bucket.window.add(seconds, tokens)
         bucket.left -= 1
         if bucket.left <= 0:
             self._next_window(bucket)
         return verdict
 
-    def _capped(
-        self, bucket: Bucket, speculated: bool, seconds: float, built_index: bool
-    ) -> tuple[float, str]:
+    def _capped(self, bucket: Bucket, speculated: bool, seconds: float) -> tuple[float, str]:
         """The seconds a step counts for and its verdict; updates the stall cap's reference."""
-        if built_index:  # what speculating costs a new request: counted, but no reference
-            return seconds, INDEXED
         recent = bucket.recent[speculated]
         if recent and seconds > STALL_FACTOR * recent:
             # NOTE: a stall (a garbage collection, a compile, a pause of the caller) would
@@ -212,6 +289,8 @@ class MeasuredGuard:
         return self.buckets[key]
 
     def _next_window(self, bucket: Bucket) -> None:
+        horizon = self.explore_every * AMORTIZE_HORIZON
+        bucket.window.settle(bucket.recent[bucket.mode], horizon)
         bucket.last[bucket.mode], bucket.window = bucket.window, Window()
         bucket.unmeasured = WARMUP_STEPS
         if bucket.exploring:
@@ -235,9 +314,12 @@ class MeasuredGuard:
             bucket.backoff = min(2 * bucket.backoff, MAX_BACKOFF)
         low, high = sorted((kept_cost, explored_cost))
         loss = high / low if low > 0 else math.inf  # the loser's cost per token, relative
-        bounded = self.explore_steps * (loss - 1) / EXPLORE_SHARE if math.isfinite(loss) else 0
         longest = self.explore_every * MAX_BACKOFF
-        bucket.interval = min(max(self.explore_every * bucket.backoff, math.ceil(bounded)), longest)
+        # the loss lengthens the interval, but never past the doubling's cap: whatever one window
+        # measured, the losing mode is explored again within `longest` steps
+        by_loss = self.explore_steps * (loss - 1) / EXPLORE_SHARE
+        by_loss = math.ceil(by_loss) if by_loss < longest else longest
+        bucket.interval = min(max(self.explore_every * bucket.backoff, by_loss), longest)
 
     def stats(self) -> dict[str, float]:
         """Per bucket b, of the last complete window of each mode (0 before one):

@@ -40,8 +40,8 @@ When to speculate:
   verification steps at start-up (gossamer/spec/calibrate.py).
 - the measured guard (`measured_guard`, on for "auto" by default; gossamer/spec/guard.py): per
   batch-size bucket, the wall time of whole engine steps (from one `after_step` to the next, so
-  proposing, index builds and every per-step host cost is in it) and the tokens each request
-  got, in windows of steps it let speculate and of steps it kept plain; where requests wait less
+  proposing and every per-step host cost is in it; a request's index build is charged spread
+  over its expected decode steps) and the tokens each request got, in windows of steps it let speculate and of steps it kept plain; where requests wait less
   per token in plain steps, the bucket does not speculate at all (no proposer runs) but for a
   short window now and then that measures again. `cycle_observer` sees every step's verdict
   (benchmarks/guard_accounting.py).
@@ -62,6 +62,7 @@ the padded step would not fit the token budget.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -147,10 +148,11 @@ class Speculator:
         self.clock = clock
         self._step_done: float | None = None  # clock at the end of the last after_step
         self._cycle_start: float | None = None  # clock at the start of the last after_step
-        # the guard's decision for the step in flight (None: not consulted, no sample), and
-        # whether proposing for it built some request's index (a one-off: no sample either)
+        # the guard's decision for the step in flight (None: not consulted, no sample), and the
+        # requests whose index proposing for it built (id -> tokens it may still get: the guard
+        # amortizes the build over them)
         self._step_mode: bool | None = None
-        self._first_proposal = False
+        self._built: dict[str, float] = {}
         # batch size -> (step, whether some k could pay there): the cost model's idle verdict
         self._pays_at: dict[int, tuple[int, bool]] = {}
         self._ran_ahead = False  # the last after_step had the next step in flight
@@ -300,7 +302,7 @@ class Speculator:
         self._end_overlap(next_in_flight)
         self._record_step_time(scheduled, now)
         self._record_cycle(scheduled, sampled, now)
-        self._cycle_start, self._first_proposal = now, False
+        self._cycle_start, self._built = now, {}
         self._step += 1
         self._record(scheduled, sampled)
         self._release_ended(scheduler)
@@ -344,7 +346,8 @@ class Speculator:
     ) -> None:
         """For the measured guard: the step just done, from the start of the previous after_step
         (which proposed for it, or not) to now, and the tokens each request got. Steps with a
-        prompt chunk are left out; those whose proposing built an index count in full."""
+        prompt chunk are left out; those whose proposing built an index are charged it
+        amortized (gossamer/spec/guard.py)."""
         items = scheduled.scheduled_requests
         mode, start = self._step_mode, self._cycle_start
         self._step_mode = None
@@ -353,7 +356,7 @@ class Speculator:
         tokens = {item.request_id: len(sampled.get(item.request_id, ())) for item in items}
         verdict = self._unsampled_reason(items, mode, start)
         if verdict is None:
-            verdict = self.guard.record(mode, now - start, tokens, self._first_proposal)
+            verdict = self.guard.record(mode, now - start, tokens, self._built)
         if self.cycle_observer is not None:
             drafted = any(item.num_draft_tokens for item in items)
             total = sum(tokens.values())
@@ -594,12 +597,23 @@ class Speculator:
         drafts = self.proposers[method].propose(group)
         seconds = self.clock() - start
         seen = self._proposed_for[method]
-        if not all(spec.request_id in seen for spec in group):
-            self._first_proposal = True
+        new = [spec.request_id for spec in group if spec.request_id not in seen]
+        if new:
+            self._note_builds(new)
         elif self.chooser is not None:
             self.chooser.record_proposer_time(method, seconds, len(group), self._step)
         seen.update(spec.request_id for spec in group)
         return drafts
+
+    def _note_builds(self, request_ids: list[str]) -> None:
+        """Requests whose index a first proposal built, with the tokens each may still get (the
+        guard amortizes the build over them; math.inf where max_tokens is unknown)."""
+        for request_id in request_ids:
+            request = self._tracked.get(request_id)
+            left = math.inf
+            if request is not None and request.max_tokens is not None:
+                left = max(request.max_tokens - len(request.output_token_ids), 1)
+            self._built[request_id] = left
 
     def _candidate(
         self,
