@@ -11,8 +11,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   none         all three off
   router_split the router + routing launch without the norm in it (the norm kernel first)
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
-  ahead0/1/2   both batch-1 MoE GEMVs load each step's scales (1), and its x words too (2), a step
-               early (the AHEAD constexpr of moe_mxfp4's fp16 GEMVs; the default: down 2, gate_up 0)
+  down_ahead0/2 the batch-1 MoE down GEMV without / with its scales and activation words loaded
+               a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
@@ -50,11 +50,10 @@ VARIANTS = {
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
     "router_split": {"router_norm": False},
     "no_router": {"fused_router": False},
-    # (gate_up, down) AHEAD of the batch-1 MoE GEMVs: each step's scales (1), and its x words too
-    # (2), loaded a step early; the default is (0, 2)
-    "ahead1": {"moe_ahead": (1, 1)},
-    "ahead2": {"moe_ahead": (2, 2)},
-    "ahead0": {"moe_ahead": (0, 0)},
+    # AHEAD of the batch-1 MoE down GEMV: 2 loads each step's scales and activation words a step
+    # early (the default), 0 does not
+    "down_ahead0": {"down_ahead": 0},
+    "down_ahead2": {"down_ahead": 2},
     "late_kv": {"early_kv": False},
 }
 
@@ -66,8 +65,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
-    gate_up_ahead, down_ahead = variant.get("moe_ahead", defaults["moe_ahead"])
-    moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | {"AHEAD": gate_up_ahead}
+    down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | {"AHEAD": down_ahead}
 
 
@@ -125,9 +123,8 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
                 "early_kv": attention.EARLY_KV,
-                "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "down": moe_mxfp4.DECODE_FP16_DOWN,
-                "moe_ahead": (moe_mxfp4.DECODE_FP16_GATE_UP.get("AHEAD", 0),
-                              moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0))}  # fmt: skip
+                "down": moe_mxfp4.DECODE_FP16_DOWN,
+                "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)

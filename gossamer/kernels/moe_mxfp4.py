@@ -97,8 +97,12 @@ DECODE_FP16 = True
 # groups on 4 warps, down one row (x 4 experts) x 16 groups on 1 warp: 28.6 us per T=1 layer
 # against 33.4 for the second session's configs (gate_up 16 x 8 on 2 warps, down 4 x 16 on 4).
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
-# Seventh session (moe_decode_sweep.py --ahead 5, T=1 layer): down with AHEAD 2 (its scales and
-# activation words loaded a step early) 26.3 -> 24.7 us; gate_up AHEAD 1 / 2 slower (+0.4 / +2.8).
+# Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
+# (sessions 7 and 8, moe_decode_sweep.py --ahead, T=1 layer on 120b shapes). Session 8, us per
+# layer by gate_up/down AHEAD (1: scales a step early, 2: activation words too): 0/0 26.5,
+# 0/1 26.1, 0/2 24.9, 1/0 26.8, 1/1 26.5, 1/2 25.1, 2/0 29.3, 2/1 28.8, 2/2 27.7. gate_up lost
+# both times (+0.2..0.4 us with 1, +2.4..2.8 with 2) and down's 1 was never the best, so those
+# were removed: only down loads ahead, with AHEAD 2 (0 turns it off).
 DECODE_FP16_DOWN = {"BLOCK_ROWS": 1, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 1,
                     "AHEAD": 2}  # fmt: skip
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
@@ -1151,7 +1155,6 @@ def _fp16_gate_up_kernel(
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
-    AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0, also load a step ahead: 1 scales, 2 and x
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1187,12 +1190,7 @@ def _fp16_gate_up_kernel(
 
     acc_gate = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
     acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
-    if NUM_STAGES == 0 and AHEAD:
-        acc_gate, acc_up = _gate_up_ahead(
-            acc_gate, acc_up, gate_w_ptrs, gate_s_ptrs, x_ptrs, g_lo, g_hi, j_ok, kw, step,
-            scale_step, G, H // 8, GROUPS_PER_STEP, LAYOUT, AHEAD,
-        )  # fmt: skip
-    elif NUM_STAGES == 0:
+    if NUM_STAGES == 0:
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
         w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
         next_gate = tl.load(gate_w_ptrs, mask=w_mask)
@@ -1250,57 +1248,6 @@ def _gate_up_step(
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale
     acc_up += _group_dot(up_words, xp, x_mask, PLANE, LAYOUT) * up_scale
     return acc_gate, acc_up
-
-
-# Loading a step ahead (AHEAD): in the register double buffer only the weight words of step g+1
-# are in flight while step g computes, so each step still waits for its scales (from HBM) and its
-# x words (from L2) before its products: two dependent trips per step, six steps per 120b row.
-# AHEAD 1 loads the scales with the words, AHEAD 2 the x words too (more registers). Measured on
-# the H200 (DECODE_FP16_DOWN's comment): only down's x words were exposed; gate_up loses with 2.
-
-
-@triton.jit
-def _gate_up_ahead(
-    acc_gate, acc_up, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, j_ok, kw, step, scale_step,
-    G: tl.constexpr, PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr,
-    AHEAD: tl.constexpr,
-):  # fmt: skip
-    """gate_up's K loop with every load of a step issued one step early (see AHEAD)."""
-    tile: tl.constexpr = (w_ptrs.shape[0], GB, 4)
-    gate, up, gate_s, up_s = _gate_up_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, j_ok, kw, step,
-                                            scale_step, G)  # fmt: skip
-    if AHEAD == 2:
-        p0, p1, p2, p3 = _x_planes(x_ptrs, (g_lo * 4 + kw < g_hi * 4)[None, :], PLANE)
-    for g0 in range(g_lo, g_hi, GB):
-        gate_words, up_words = tl.reshape(gate, tile), tl.reshape(up, tile)
-        gate_scale, up_scale = _e8m0_scale(gate_s), _e8m0_scale(up_s)
-        if AHEAD == 1:  # this step's x words now, after the next step's weights and scales
-            p0, p1, p2, p3 = _x_planes(
-                x_ptrs + (g0 - g_lo) * 4, (g0 * 4 + kw < g_hi * 4)[None, :], PLANE
-            )
-        gate, up, gate_s, up_s = _gate_up_loads(w_ptrs, s_ptrs, g0 + GB, g_lo, g_hi, j_ok, kw,
-                                                step, scale_step, G)  # fmt: skip
-        if AHEAD == 2:  # the next step's x words, before this step's products
-            n0, n1, n2, n3 = _x_planes(
-                x_ptrs + (g0 + GB - g_lo) * 4, ((g0 + GB) * 4 + kw < g_hi * 4)[None, :], PLANE
-            )
-        acc_gate += _planes_dot(gate_words, p0, p1, p2, p3, LAYOUT) * gate_scale
-        acc_up += _planes_dot(up_words, p0, p1, p2, p3, LAYOUT) * up_scale
-        if AHEAD == 2:
-            p0, p1, p2, p3 = n0, n1, n2, n3
-    return acc_gate, acc_up
-
-
-@triton.jit
-def _gate_up_loads(w_ptrs, s_ptrs, g0, g_lo, g_hi, j_ok, kw, step, scale_step, G: tl.constexpr):
-    """The gate and up words and raw scales of the step at group g0 (none past g_hi)."""
-    d = (g0 - g_lo) * 4
-    w_mask = j_ok[:, None] & (g0 * 4 + kw < g_hi * 4)[None, :]
-    s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
-    s_step = s_ptrs + (g0 - g_lo) * scale_step
-    gate = tl.load(w_ptrs + d, mask=w_mask)
-    up = tl.load(w_ptrs + G * 4 + d, mask=w_mask)
-    return gate, up, tl.load(s_step, mask=s_mask), tl.load(s_step + G, mask=s_mask)
 
 
 @triton.jit
@@ -1364,7 +1311,7 @@ def _fp16_down_kernel(
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     PREFETCH_WORDS: tl.constexpr = 128,  # per (row, expert), sent to L2 before the PDL wait
     LAYOUT: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
-    AHEAD: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
+    AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0: 2 loads scales and activations a step ahead
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1410,9 +1357,9 @@ def _fp16_down_kernel(
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
     pdl.wait(PDL)  # the activations come from gate_up
-    if NUM_STAGES == 0 and AHEAD:
+    if NUM_STAGES == 0 and AHEAD == 2:
         acc = _down_ahead(acc, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step,
-                          scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT, AHEAD)  # fmt: skip
+                          scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT)  # fmt: skip
     elif NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
         next_words = tl.load(w_ptrs, mask=w_mask)
@@ -1456,28 +1403,34 @@ def _down_step(
     return acc + _group_dot(words, x_ptrs + (g0 - g_lo) * 4, x_mask, PLANE, LAYOUT) * scale
 
 
+# Loading a step ahead (down's AHEAD 2): in the register double buffer only the weight words of
+# step g+1 are in flight while step g computes, so each step still waits for its scales (from HBM)
+# and its activation words (from L2) before its products: two dependent trips per step, six steps
+# per 120b row. AHEAD 2 issues both with the next step's words, at the cost of registers. Measured
+# on the H200 (DECODE_FP16_DOWN's comment) it pays for down only (-1.6 us per layer): down's four
+# per-slot activation vectors were the exposed part. gate_up lost with it (+2.4..2.8 us; layout
+# shuffles and more registers in its SASS), and with its scales alone (+0.2..0.4), so gate_up has
+# no such option.
+
+
 @triton.jit
 def _down_ahead(
     acc, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step, scale_step,
-    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr, AHEAD: tl.constexpr,
+    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr,
 ):  # fmt: skip
-    """down's K loop with every load of a step issued one step early (see _gate_up_ahead)."""
+    """down's K loop with every load of a step (words, scales, activations) issued one step early:
+    the same products in the same order as the register double buffer."""
     tile: tl.constexpr = (w_ptrs.shape[0], w_ptrs.shape[1], GB, 4)
     words, raw_scales = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step,
                                     scale_step)  # fmt: skip
-    if AHEAD == 2:
-        p0, p1, p2, p3 = _down_x(x_ptrs, g_lo, g_lo, g_hi, slot_ok, kw, PLANE)
+    p0, p1, p2, p3 = _down_x(x_ptrs, g_lo, g_lo, g_hi, slot_ok, kw, PLANE)
     for g0 in range(g_lo, g_hi, GB):
         step_words, scale = tl.reshape(words, tile), _e8m0_scale(raw_scales)
-        if AHEAD == 1:
-            p0, p1, p2, p3 = _down_x(x_ptrs, g0, g_lo, g_hi, slot_ok, kw, PLANE)
         words, raw_scales = _down_loads(w_ptrs, s_ptrs, g0 + GB, g_lo, g_hi, row_slot_ok, kw,
                                         step, scale_step)  # fmt: skip
-        if AHEAD == 2:
-            n0, n1, n2, n3 = _down_x(x_ptrs, g0 + GB, g_lo, g_hi, slot_ok, kw, PLANE)
+        n0, n1, n2, n3 = _down_x(x_ptrs, g0 + GB, g_lo, g_hi, slot_ok, kw, PLANE)
         acc += _planes_dot(step_words, p0, p1, p2, p3, LAYOUT) * scale
-        if AHEAD == 2:
-            p0, p1, p2, p3 = n0, n1, n2, n3
+        p0, p1, p2, p3 = n0, n1, n2, n3
     return acc
 
 
@@ -1540,9 +1493,7 @@ def moe_mxfp4_decode_fp16(
         raise MoEShapeError(f"the fp16 GEMV needs a finite SwiGLU limit, got {swiglu_limit}")
     gu = dict(gate_up_config or DECODE_FP16_GATE_UP)
     dn = dict(down_config or DECODE_FP16_DOWN)
-    for name, config in (("gate_up", gu), ("down", dn)):
-        if not isinstance(config.get("SPLIT_K"), int) or config["SPLIT_K"] < 1:
-            raise MoEShapeError(f"{name} config needs SPLIT_K >= 1, got {config.get('SPLIT_K')!r}")
+    _check_fp16_configs(gu, dn)
     x = x.contiguous()
     out = torch.empty_like(x)
     if num_tokens == 0:
@@ -1551,6 +1502,17 @@ def moe_mxfp4_decode_fp16(
     _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
                   swiglu_alpha, gu, dn)  # fmt: skip
     return out
+
+
+def _check_fp16_configs(gate_up: dict, down: dict) -> None:
+    """SPLIT_K >= 1 for both GEMVs; AHEAD only for down, 0 or 2 (see DECODE_FP16_DOWN)."""
+    for name, config in (("gate_up", gate_up), ("down", down)):
+        if not isinstance(config.get("SPLIT_K"), int) or config["SPLIT_K"] < 1:
+            raise MoEShapeError(f"{name} config needs SPLIT_K >= 1, got {config.get('SPLIT_K')!r}")
+    if "AHEAD" in gate_up:
+        raise MoEShapeError("gate_up has no AHEAD (measured slower; see DECODE_FP16_DOWN)")
+    if down.get("AHEAD", 0) not in (0, 2):
+        raise MoEShapeError(f"down's AHEAD is 0 or 2, got {down['AHEAD']!r}")
 
 
 def _fp16_experts(
