@@ -145,7 +145,8 @@ def main() -> None:
     kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
                           dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10,
                                BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],
-                               SPLIT_K=dn["SPLIT_K"]), dn["num_warps"])  # fmt: skip
+                               SPLIT_K=dn["SPLIT_K"], AHEAD=dn.get("AHEAD", 0)),
+                          dn["num_warps"])  # fmt: skip
     report("fp16 down (default config)", kernel,
            dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
     old = moe.DECODE_GATE_UP

@@ -26,7 +26,9 @@ def apply_moe_sweep(path: str) -> dict:
     rows = json.loads(Path(path).read_text())["rows"]
     best = next(r for r in rows if r["kernel"] == "best")["config"]
     moe_mxfp4.DECODE_FP16_GATE_UP = dict(best["gate_up"])
-    moe_mxfp4.DECODE_FP16_DOWN = dict(best["down"])
+    # the sweep's tile configs carry no AHEAD: keep the default's (down loads a step ahead)
+    ahead = {"AHEAD": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}
+    moe_mxfp4.DECODE_FP16_DOWN = ahead | dict(best["down"])
     return best
 
 
