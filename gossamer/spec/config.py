@@ -73,10 +73,11 @@ class SpecConfig:
     # "auto", off for a single method (as cost_aware). On gpt-oss-mini on the H200 against
     # overlapped plain decoding (BENCHMARKS.md, seventh session) auto ran 1.29x / 0.75x at batch
     # 1 / 8 with the guard and 0.89x / 0.43x without; the guard now also counts what it left out
-    # then (index builds, amortized over their requests' lives; the requests speculation
-    # slows). Every `explore_every` decode-only
-    # steps of a bucket (more while the other mode keeps losing), `explore_steps` steps run the
-    # other mode; it switches when that mode is faster by more than `guard_margin` (0.05: 5%).
+    # then (index builds, amortized over their requests' lives; the requests speculation slows).
+    # The eighth session's 256-token runs of that (0.92x / 0.78x; unguarded 1.20x / 0.68x) were
+    # too short and noisy to rank the versions: see BENCHMARKS.md. Every `explore_every`
+    # decode-only steps of a bucket (more while the other mode keeps losing), `explore_steps`
+    # steps run the other mode; it switches when that mode is faster by more than `guard_margin`.
     measured_guard: bool | None = None
     explore_every: int = 128
     explore_steps: int = 8

@@ -41,9 +41,10 @@ When to speculate:
 - the measured guard (`measured_guard`, on for "auto" by default; gossamer/spec/guard.py): per
   batch-size bucket, the wall time of whole engine steps (from one `after_step` to the next, so
   proposing and every per-step host cost is in it; a request's index build is charged spread
-  over its expected decode steps) and the tokens each request got, in windows of steps it let speculate and of steps it kept plain; where requests wait less
-  per token in plain steps, the bucket does not speculate at all (no proposer runs) but for a
-  short window now and then that measures again. `cycle_observer` sees every step's verdict
+  over its expected decode steps) and the tokens each request got, in windows of steps it let
+  speculate and of steps it kept plain; where requests wait less per token in plain steps, the
+  bucket does not speculate at all (no proposer runs) but for a short window now and then that
+  measures again. `cycle_observer` sees every step's verdict
   (benchmarks/guard_accounting.py).
 
 Tree drafts (`tree` in the config, draft and eagle3 only; gossamer/spec/tree.py): a draft is a
