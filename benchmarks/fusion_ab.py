@@ -14,6 +14,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   down_ahead0/2 the batch-1 MoE down GEMV without / with its scales and activation words loaded
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
+  prefetch_next  decode attention's key loop loads each tile an iteration ahead
+               (attention.PREFETCH_NEXT_KV; matters where splits hold several tiles: --context 8192)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -55,6 +57,7 @@ VARIANTS = {
     "down_ahead0": {"down_ahead": 0},
     "down_ahead2": {"down_ahead": 2},
     "late_kv": {"early_kv": False},
+    "prefetch_next": {"prefetch_next": True},
 }
 
 
@@ -63,6 +66,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
+    attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
@@ -122,7 +126,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
-                "early_kv": attention.EARLY_KV,
+                "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
                 "down": moe_mxfp4.DECODE_FP16_DOWN,
                 "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)

@@ -81,6 +81,11 @@ PROGRAMS_PER_SM = 4
 # from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
 # GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
 EARLY_KV = os.environ.get("GOSSAMER_ATTN_EARLY_KV", "1") != "0"
+# Decode launches load each key tile one iteration ahead, so that a split's iterations overlap their
+# trips to memory (the session-8 sweep measured ~1.2 us per 64-key iteration of one program: its
+# block-table -> K/V loads are dependent and Triton's pipeliner does not overlap them). Off until
+# measured: GOSSAMER_ATTN_PREFETCH_NEXT=1 (kernels_attention.py rows at 8k show it).
+PREFETCH_NEXT_KV = os.environ.get("GOSSAMER_ATTN_PREFETCH_NEXT", "0") == "1"
 # Keys per split at least (a multiple of DECODE_BLOCK_N). A split's partials, its arrival and the
 # merge are about three dependent trips through L2, while one more key iteration in a program is
 # one pipelined load: short contexts (a 128-key sliding window, 1k keys at batch 1) may be faster
@@ -175,6 +180,7 @@ def _paged_attention_kernel(
     ROPE_KV: tl.constexpr,  # q is un-rotated; rotate it, and write the new key (see module doc)
     PDL: tl.constexpr,
     EARLY_KV: tl.constexpr = False,  # ROPE_KV only: the first key tile is loaded before the wait
+    PREFETCH_NEXT: tl.constexpr = False,  # the key loop loads a tile ahead (PREFETCH_NEXT_KV)
 ):
     if not EARLY_KV:
         pdl.wait(PDL)
@@ -275,11 +281,19 @@ def _paged_attention_kernel(
         row_max, row_sum, acc = _attend_tile(q, first_k, first_v, visible, row_max, row_sum, acc,
                                              scale_log2, DOT_PRECISION)  # fmt: skip
         loop_begin = split_begin + BLOCK_N
+    if PREFETCH_NEXT:  # tile i + 1's loads are issued before tile i's math (masked past the end)
+        k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, loop_begin, split_end, offs_n,
+                        offs_d, cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
     for start_n in range(loop_begin, split_end, BLOCK_N):
         key_pos = start_n + offs_n
         key_in = key_pos < split_end
-        k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start_n, split_end, offs_n,
-                        offs_d, cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
+        if PREFETCH_NEXT:
+            next_k, next_v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start_n + BLOCK_N,
+                                      split_end, offs_n, offs_d, cache_head_offset, stride_c_block,
+                                      stride_c_tok, BLOCK_SIZE)  # fmt: skip
+        else:
+            k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start_n, split_end, offs_n,
+                            offs_d, cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
 
         visible = key_in[None, :] & (key_pos[None, :] <= row_pos[:, None])
         key_tree_pos = key_pos
@@ -298,6 +312,8 @@ def _paged_attention_kernel(
             visible = visible & (row_pos[:, None] - key_tree_pos[None, :] < window)
         row_max, row_sum, acc = _attend_tile(q, k, v, visible, row_max, row_sum, acc, scale_log2,
                                              DOT_PRECISION)  # fmt: skip
+        if PREFETCH_NEXT:
+            k, v = next_k, next_v
 
     token = q_begin + row_token
     out_ptrs = (
@@ -782,6 +798,7 @@ def paged_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         ROPE_KV=new_kv is not None,
         EARLY_KV=EARLY_KV and new_kv is not None,
+        PREFETCH_NEXT=PREFETCH_NEXT_KV and decode,
         num_warps=4 if decode else 8,
         num_stages=3 if decode else 2,
         **pdl.launch_options(q.device),

@@ -598,3 +598,32 @@ def test_gpu_write_kv() -> None:
     TorchOps().write_kv(k, v, expected, slots)
     kernels.write_kv(k, v, cache, slots)
     assert torch.equal(cache, expected)
+
+
+# (seqs, options of make_batch, tree parents per sequence, launch knobs): several 16-key
+# iterations per split, a sliding window, and trees beside a chain verification.
+PREFETCH_CASES = {
+    "iterations": ([(1, 70), (1, 5), (1, 33)], {}, {}, dict(num_splits=2, block_n=16)),
+    "one_split": ([(1, 90), (1, 17)], {}, {}, dict(num_splits=1, block_n=16)),
+    "sliding": ([(1, 60), (1, 3)], dict(sliding_window=40), {}, dict(num_splits=1, block_n=16)),
+    "trees": (
+        [(8, 40), (1, 9), (3, 33)],
+        dict(sliding_window=20),
+        {0: SMALL_TREE},
+        dict(num_splits=2, block_n=16),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PREFETCH_CASES.values(), ids=PREFETCH_CASES.keys())
+def test_prefetching_the_next_key_tile_changes_no_bit(kernels, monkeypatch, case) -> None:
+    """PREFETCH_NEXT_KV loads each key tile an iteration early (the last prefetch is masked past
+    the split): the same arithmetic in the same order, so the same bits."""
+    seqs, options, trees, launch = case
+    batch = with_trees(make_batch(seqs, **options), trees) if trees else make_batch(seqs, **options)
+    monkeypatch.setattr(kernels, "PREFETCH_NEXT_KV", False)
+    plain = run_tuned(kernels, batch, **launch)
+    monkeypatch.setattr(kernels, "PREFETCH_NEXT_KV", True)
+    prefetched = run_tuned(kernels, batch, **launch)
+    assert torch.equal(prefetched, plain)
+    assert_matches(prefetched, batch)

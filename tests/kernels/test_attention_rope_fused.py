@@ -171,6 +171,11 @@ def test_first_tile_loaded_early_or_late_gives_the_same_bits(kernels, monkeypatc
         monkeypatch.setattr(attention, "EARLY_KV", False)
         assert_same(early, run_fused(attention, step, **launch))
         assert_matches_oracle(early, step)
+        # the later tiles loaded an iteration ahead too (PREFETCH_NEXT_KV): the same bits
+        monkeypatch.setattr(attention, "EARLY_KV", True)
+        monkeypatch.setattr(attention, "PREFETCH_NEXT_KV", True)
+        assert_same(early, run_fused(attention, step, **launch))
+        monkeypatch.setattr(attention, "PREFETCH_NEXT_KV", False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
