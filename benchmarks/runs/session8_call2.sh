@@ -3,6 +3,8 @@
 # the PDL wait, one-split tiles finished in place; the routing folded into the MoE GEMVs), the
 # whole 120b batch-1 step A/B of both (interleaved, tokens fed on the device), decode speed of both
 # models with the A/B's winners, speculation on mini with the reworked measured guard.
+# NOTE: the route_in_gemv variants left with the revert 6ef53f0; to re-run this call as it ran, check
+# out 576306a.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s8c2; mkdir -p $R
