@@ -50,7 +50,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from spec_host_cost import MINI_STEP_MS, DeviceTime, OracleModel, build_engine  # noqa: E402
+from spec_host_cost import (  # noqa: E402
+    MINI_STEP_MS,
+    DeviceTime,
+    OracleModel,
+    build_engine,
+    load_once,
+    phrase_set,
+    text_tokens,
+)
 
 from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
 from gossamer.sampling_params import SamplingParams  # noqa: E402
@@ -140,32 +148,15 @@ def oracle_texts(args, batch: int, seed: int) -> list[list[int]]:
     `--copy-prob`), then what the request will decode, which copies earlier passages with the
     request's own probability (`--output-copy-probs`, in turn): as e2e's chat prompts, a rewrite
     of the prompt accepts most drafts, a story few. All draw on one set of phrases."""
-    vocab = random.Random(args.seed)
-    phrases = [
-        [vocab.randrange(args.vocab) for _ in range(vocab.randint(3, 12))]
-        for _ in range(args.phrases)
-    ]
+    phrases = phrase_set(args)
     rng = random.Random(seed)
     length = args.prompt_tokens + args.max_tokens + 2 * args.k + 2
     texts = []
     for index in range(batch):
-        prompt = grown([], args.prompt_tokens, rng, phrases, args.copy_prob)
+        prompt = text_tokens(args.prompt_tokens, rng, phrases, args.copy_prob)
         copy_prob = args.output_copy_probs[index % len(args.output_copy_probs)]
-        texts.append(grown(prompt, length, rng, phrases, copy_prob))
+        texts.append(text_tokens(length, rng, phrases, copy_prob, start=prompt))
     return texts
-
-
-def grown(tokens: list[int], length: int, rng: random.Random, phrases, copy_prob: float):
-    """`tokens` extended to `length` by random phrases and, with `copy_prob`, copies of earlier
-    passages (16-64 tokens)."""
-    tokens = list(tokens)
-    while len(tokens) < length:
-        if len(tokens) > 16 and rng.random() < copy_prob:
-            start = rng.randrange(len(tokens) - 16)
-            tokens += tokens[start : start + rng.randint(16, 64)]
-        else:
-            tokens += rng.choice(phrases)
-    return tokens[:length]
 
 
 def oracle_engine(args, spec: SpecConfig | None, batch: int):
@@ -186,25 +177,11 @@ def oracle_engine(args, spec: SpecConfig | None, batch: int):
     return engine, prompts
 
 
-_LOADED: dict[str, object] = {}
-
-
 def real_model_engine(args, spec: SpecConfig | None, batch: int):
     """(engine, prompts(seed)) as `spec_decode.py e2e` builds them."""
     from spec_decode import workload
 
-    from gossamer.model.loader import load_model
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.model not in _LOADED:
-        _LOADED[args.model] = load_model(
-            args.model,
-            load_format=args.load_format,
-            device=device,
-            dtype="bfloat16" if device == "cuda" else "float32",
-            max_model_len=args.max_model_len,
-        )
-    loaded = _LOADED[args.model]
+    loaded, device = load_once(args)
     config = EngineConfig(
         max_num_seqs=batch,
         kv_cache_memory=int(args.kv_cache_gib * GiB),

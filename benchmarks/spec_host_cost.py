@@ -51,6 +51,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -164,13 +165,20 @@ class OracleModel:
         return logits
 
 
-def text_tokens(length: int, rng: random.Random, phrases: list[list[int]], copy_prob: float):
-    """Phrases in random order; now and then a copy of an earlier passage (16-64 tokens)."""
-    tokens: list[int] = []
+def text_tokens(
+    length: int,
+    rng: random.Random,
+    phrases: list[list[int]],
+    copy_prob: float,
+    start: Sequence[int] = (),
+) -> list[int]:
+    """`start` continued to `length` tokens: phrases in random order, and with `copy_prob` a copy
+    of an earlier passage (16-64 tokens)."""
+    tokens = list(start)
     while len(tokens) < length:
         if len(tokens) > 16 and rng.random() < copy_prob:
-            start = rng.randrange(len(tokens) - 16)
-            tokens += tokens[start : start + rng.randint(16, 64)]
+            first = rng.randrange(len(tokens) - 16)
+            tokens += tokens[first : first + rng.randint(16, 64)]
         else:
             tokens += rng.choice(phrases)
     return tokens[:length]
@@ -179,14 +187,19 @@ def text_tokens(length: int, rng: random.Random, phrases: list[list[int]], copy_
 def make_texts(args, batch: int, seed: int) -> list[list[int]]:
     """One text per request: prompt + everything the request will decode, and some. All draw on
     one set of phrases (one domain), so that other requests' outputs help suffix a little."""
-    vocab = random.Random(args.seed)
-    phrases = [
-        [vocab.randrange(args.vocab) for _ in range(vocab.randint(3, 12))]
-        for _ in range(args.phrases)
-    ]
+    phrases = phrase_set(args)
     rng = random.Random(seed)
     length = args.prompt_tokens + args.max_tokens + 2 * args.k + 2
     return [text_tokens(length, rng, phrases, args.copy_prob) for _ in range(batch)]
+
+
+def phrase_set(args) -> list[list[int]]:
+    """`--phrases` phrases of 3-12 tokens from `--vocab`, fixed by `--seed`: the texts' domain."""
+    vocab = random.Random(args.seed)
+    return [
+        [vocab.randrange(args.vocab) for _ in range(vocab.randint(3, 12))]
+        for _ in range(args.phrases)
+    ]
 
 
 class Timers:
@@ -233,11 +246,8 @@ def oracle_engine(args, spec: SpecConfig | None, batch: int):
 _LOADED: dict[str, object] = {}  # --model: loaded once per process
 
 
-def real_model_engine(args, spec: SpecConfig | None, batch: int):
-    """--model: (engine, ModelForward, prompts(seed)) with spec_decode.py e2e's workload (chat
-    prompts rendered with Harmony when the checkpoint has a tokenizer) and engine settings."""
-    from spec_decode import workload  # benchmarks/, beside this script
-
+def load_once(args) -> tuple[object, str]:
+    """(the loaded --model, its device): loaded on the first call of the process, then reused."""
     from gossamer.model.loader import load_model
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -249,7 +259,15 @@ def real_model_engine(args, spec: SpecConfig | None, batch: int):
             dtype="bfloat16" if device == "cuda" else "float32",
             max_model_len=args.max_model_len,
         )
-    loaded = _LOADED[args.model]
+    return _LOADED[args.model], device
+
+
+def real_model_engine(args, spec: SpecConfig | None, batch: int):
+    """--model: (engine, ModelForward, prompts(seed)) with spec_decode.py e2e's workload (chat
+    prompts rendered with Harmony when the checkpoint has a tokenizer) and engine settings."""
+    from spec_decode import workload  # benchmarks/, beside this script
+
+    loaded, device = load_once(args)
     config = EngineConfig(
         max_num_seqs=batch,
         kv_cache_memory=8 << 30 if device == "cuda" else 1 << 30,
