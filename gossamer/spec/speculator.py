@@ -354,8 +354,10 @@ class Speculator:
         self._step_mode = None
         if self.guard is None:
             return
-        tokens = {item.request_id: len(sampled.get(item.request_id, ())) for item in items}
         verdict = self._unsampled_reason(items, mode, start)
+        if verdict is not None and self.cycle_observer is None:
+            return  # (steps the guard does not sample, e.g. idle overlapped ones: no per-request work)
+        tokens = {item.request_id: len(sampled.get(item.request_id, ())) for item in items}
         if verdict is None:
             verdict = self.guard.record(mode, now - start, tokens, self._built)
         if self.cycle_observer is not None:
