@@ -50,6 +50,7 @@ import gc
 import json
 import math
 import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -106,6 +107,7 @@ class E2eRow:
     # the measured guard at the row's end (guard_b{bucket}_*), and the steps it kept plain
     guard: dict[str, float] = field(default_factory=dict)
     overlapped_steps: int = 0  # launched before the previous step's tokens reached the host
+    runs_tokens_per_s: list[float] = field(default_factory=list)  # each timed run (--runs)
 
     def line(self) -> str:
         return (
@@ -289,12 +291,18 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
             before = dict(engine.stats.spec_stats)
             steps_before = dict(engine.stats.runner_steps)
             overlapped_before = engine.num_overlapped_steps
-            generated, seconds, slowest = run_workload(
-                engine, workload(loaded, batch, seed=batch), args.max_tokens
-            )
-            stats = _delta(before, engine.stats.spec_stats, "num_")
+            runs = [
+                run_workload(
+                    engine, workload(loaded, batch, seed=batch + 7919 * r), args.max_tokens
+                )
+                for r in range(args.runs)
+            ]  # fresh prompts each time: no prefix-cache hits between the runs
+            speeds = [tokens / run_seconds for tokens, run_seconds, _ in runs]
+            generated, seconds = sum(r[0] for r in runs), sum(r[1] for r in runs)
+            slowest = max(r[2] for r in runs)
+            stats = _delta(before, engine.stats.spec_stats, "num_")  # over all the runs
             steps = _delta(steps_before, engine.stats.runner_steps)
-            speed = generated / seconds
+            speed = statistics.median(speeds)
             if name == "none":
                 baseline[batch] = speed
             drafts = stats.get("num_drafts", 0)
@@ -315,6 +323,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
                 measured,
                 _guard_state(engine.stats.spec_stats, stats),
                 engine.num_overlapped_steps - overlapped_before,
+                speeds,
             )
             rows.append(row)
             print(row.line(), flush=True)
@@ -592,6 +601,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     e2e.add_argument("--eagle3", default=None, help="EAGLE-3 head checkpoint")
     e2e.add_argument("--num-speculative-tokens", type=int, default=4)
     e2e.add_argument("--max-tokens", type=int, default=256)
+    e2e.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="timed runs per method and batch size (fresh prompts each); tok/s is their median",
+    )
     e2e.add_argument("--kv-cache-gib", type=float, default=8.0)
     e2e.add_argument(
         "--async-scheduling",

@@ -53,11 +53,12 @@ def test_e2e_dry_run_with_trees(benchmark_script, models, tmp_path):
         + ["--max-model-len", "256", "--batch-sizes", "2", "--max-tokens", "5"]
         + ["--methods", "none,draft,eagle3", "--draft", str(target), "--eagle3", str(head)]
         + ["--tree", "2,1", "--num-speculative-tokens", "2", "--no-cuda-graphs"]
-        + ["--kv-cache-gib", "0.01", "--json", str(out)]
+        + ["--kv-cache-gib", "0.01", "--runs", "2", "--json", str(out)]
     )
     rows = {row["method"]: row for row in json.loads(out.read_text())["rows"]}
     assert list(rows) == ["none", "draft", "draft-tree", "eagle3", "eagle3-tree"]
-    assert {row["generated_tokens"] for row in rows.values()} == {10}
+    assert {row["generated_tokens"] for row in rows.values()} == {20}  # two runs of 2 x 5
+    assert {len(row["runs_tokens_per_s"]) for row in rows.values()} == {2}
     assert rows["draft-tree"]["tree_drafts"] > 0 and rows["eagle3-tree"]["tree_drafts"] > 0
     assert rows["draft"]["tree_drafts"] == rows["eagle3"]["tree_drafts"] == 0
     # the target drafting for itself: every path accepted to its depth (2)
