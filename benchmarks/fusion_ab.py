@@ -16,8 +16,6 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
   prefetch_next  decode attention's key loop loads each tile an iteration ahead
                (attention.PREFETCH_NEXT_KV; matters where splits hold several tiles: --context 8192)
-  late_norm    both RMSNorms of a layer folded late (gemv.LATE_NORM_MAX_M): the QKV and router
-               GEMVs scale by 1 / rms at their end, the routing kernel normalises for the experts
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -60,14 +58,12 @@ VARIANTS = {
     "down_ahead2": {"down_ahead": 2},
     "late_kv": {"early_kv": False},
     "prefetch_next": {"prefetch_next": True},
-    "late_norm": {"late_norm_max_m": gemv.GEMV_MAX_M},
 }
 
 
 def apply(model, variant: dict, defaults: dict) -> None:
     set_experts_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
     gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
-    gemv.LATE_NORM_MAX_M = variant.get("late_norm_max_m", defaults["late_norm_max_m"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
@@ -128,8 +124,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
         name, load_format="dummy", device="cuda", max_model_len=args.context + grown + 32
     )
     model, cfg = loaded.model, loaded.config
-    defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "late_norm_max_m": gemv.LATE_NORM_MAX_M,
-                "fuse_rope": attention.FUSE_ROPE_KV,
+    defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
                 "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
                 "down": moe_mxfp4.DECODE_FP16_DOWN,

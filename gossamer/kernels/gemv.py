@@ -63,16 +63,6 @@ NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT con
 # prologue (read the rows, reduce) delays its first weight bytes more than the launch it saves.
 # GOSSAMER_FUSED_NORM=1 turns it on (at GEMV_MAX_M rows).
 FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
-# The "late" fold (NormPrologue.late, LATE constexpr): no prologue pass at all. rms_norm(h) * w
-# feeds a linear map, so W @ (w * h * rstd) = rstd * (W @ (w * h)): each program multiplies its x
-# tiles by the norm weight as they stream in, sums the squares of h beside its dot products, and
-# scales its result by 1 / rms at the end (split K: the squares are summed with the partials).
-# The normed row is never rounded to x's dtype, so the output differs from norm-then-GEMV by that
-# rounding (~2^-9 relative in bf16), and the normed rows cannot be stored. Off by default until
-# measured on the H200 (benchmarks/fusion_ab.py, variant late_norm); GOSSAMER_LATE_NORM=1 turns it
-# on (at GEMV_MAX_M rows) for norms whose normed rows no one keeps (QKV's; the MoE's router, whose
-# routing kernel then normalises the row itself: TritonOps.norm_moe).
-LATE_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_LATE_NORM", "0") == "1" else 0
 NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
 NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
 
@@ -186,22 +176,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor) -> bool:
-    """Whether `norm_linear` serves this problem with the prologue (else: the norm kernel, then
-    `linear`, or the late fold: `late_norm_serves`)."""
-    return _norm_servable(hidden, residual, weight, FUSED_NORM_MAX_M)
-
-
-def late_norm_serves(
-    hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
-) -> bool:
-    """Whether `norm_linear(..., late=True)` is on for this problem (LATE_NORM_MAX_M)."""
-    return _norm_servable(hidden, residual, weight, LATE_NORM_MAX_M)
-
-
-def _norm_servable(hidden, residual, weight, max_rows: int) -> bool:
+    """Whether `norm_linear` serves this problem (else: the norm kernel, then `linear`)."""
     if residual is not None and (residual.dtype != hidden.dtype or residual.shape != hidden.shape):
         return False
-    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= max_rows
+    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= FUSED_NORM_MAX_M
 
 
 def gemv(
@@ -226,8 +204,7 @@ class NormPrologue:
     weight: torch.Tensor  # [K] (float32 in the model)
     eps: float
     residual_out: torch.Tensor | None  # [M, K] x + residual (with a residual)
-    normed_out: torch.Tensor | None  # [M, K] the normed x (when wanted; never with `late`)
-    late: bool = False  # the late fold (LATE_NORM_MAX_M's comment) instead of the prologue pass
+    normed_out: torch.Tensor | None  # [M, K] the normed x (when wanted)
 
 
 def norm_linear(
@@ -239,7 +216,6 @@ def norm_linear(
     bias: torch.Tensor | None,  # [N]
     want_normed: bool,
     config: GemvConfig | None = None,  # override of CONFIGS (benchmarks, tests)
-    late: bool = False,  # the late fold (LATE_NORM_MAX_M's comment): no normed rows
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(linear(normed), normed if want_normed, hidden + residual) with normed = rms_norm(hidden +
     residual) * norm_weight, in one launch; without a residual the new residual is `hidden`."""
@@ -247,8 +223,6 @@ def norm_linear(
     rows, in_features, out_features = x2d.shape[0], x2d.shape[1], weight.shape[0]
     if norm_weight.shape != (in_features,):
         raise ValueError(f"norm weight {tuple(norm_weight.shape)} for {in_features} features")
-    if late and want_normed:
-        raise ValueError("the late norm fold never forms the normed rows: want_normed=False")
     residual2d = None if residual is None else residual.contiguous().view(x2d.shape)
     prologue = NormPrologue(
         residual2d,
@@ -256,7 +230,6 @@ def norm_linear(
         eps,
         None if residual is None else torch.empty_like(x2d),
         torch.empty_like(x2d) if want_normed else None,
-        late,
     )
     out = torch.empty((rows, out_features), dtype=x2d.dtype, device=x2d.device)
     if rows > 0:
@@ -294,16 +267,11 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
         partial_shape = (plan.split_k, num_tokens, out_features)  # float32 partial sums
         partial = torch.empty(partial_shape, dtype=torch.float32, device=x.device)
     counters = _counters(x.device) if split == SPLIT_LAST else out
-    late = prologue is not None and prologue.late
-    squares = out  # unused unless a late fold's K is split
-    if late and split != NO_SPLIT:  # each program's sums of squares [split, row block, M]
-        squares_shape = (plan.split_k, plan.row_blocks, num_tokens)
-        squares = torch.empty(squares_shape, dtype=torch.float32, device=x.device)
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight
     args = (x, weight, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
             x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split,
-            *_prologue_args(x, prologue), squares)  # fmt: skip
+            *_prologue_args(x, prologue))  # fmt: skip
     tile_rows = 1 if config.kernel == "fma" else plan.block_m
     constants = dict(
         HAS_BIAS=has_bias,
@@ -326,10 +294,8 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
                                **constants)  # fmt: skip
     if split == SPLIT_REDUCE:
         block = 256
-        eps = prologue.eps if late else 0.0
         _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
-            partial, bias_arg, out, squares, num_tokens, out_features, in_features, out.stride(0),
-            plan.row_blocks * num_tokens, eps, HAS_BIAS=has_bias, LATE=late,
+            partial, bias_arg, out, num_tokens, out_features, out.stride(0), HAS_BIAS=has_bias,
             NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4, **pdl.launch_options(x.device),
         )  # fmt: skip
 
@@ -347,7 +313,7 @@ def _prologue_constants(
     prologue: NormPrologue | None, in_features: int, tile_rows: int, num_warps: int
 ) -> dict:
     if prologue is None:
-        return dict(NORM=False, HAS_RESIDUAL=False, STORE_NORMED=False, NORM_BLOCK=16, LATE=False)
+        return dict(NORM=False, HAS_RESIDUAL=False, STORE_NORMED=False, NORM_BLOCK=16)
     # the prologue's row chunk: [tile_rows, NORM_BLOCK] values, NORM_VALUES_PER_THREAD per thread
     wanted = NORM_VALUES_PER_THREAD * 32 * num_warps // tile_rows
     norm_block = max(16, min(triton.next_power_of_2(in_features), wanted))
@@ -356,7 +322,6 @@ def _prologue_constants(
         HAS_RESIDUAL=prologue.residual is not None,
         STORE_NORMED=prologue.normed_out is not None,
         NORM_BLOCK=norm_block,
-        LATE=prologue.late,
     )
 
 
@@ -421,7 +386,6 @@ def _gemv_dot_kernel(
     res_out_ptr,  # [M, K] x + residual, written by row block 0 (NORM and HAS_RESIDUAL)
     normed_out_ptr,  # [M, K] normed x, written by row block 0 (NORM and STORE_NORMED)
     eps,  # (NORM)
-    squares_ptr,  # [NUM_SPLITS, row blocks, M] float32 sums of squares (LATE with SPLIT)
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,  # NO_SPLIT, SPLIT_REDUCE or SPLIT_LAST
     NUM_SPLITS: tl.constexpr,  # grid axis 1
@@ -430,7 +394,6 @@ def _gemv_dot_kernel(
     HAS_RESIDUAL: tl.constexpr,
     STORE_NORMED: tl.constexpr,
     NORM_BLOCK: tl.constexpr,  # columns per step of the norm's row loop
-    LATE: tl.constexpr,  # (NORM) the late fold: x tiles are (x + residual) * norm weight
     IEEE_FP32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -458,24 +421,16 @@ def _gemv_dot_kernel(
         for tile in tl.static_range(PREFETCH):
             _prefetch_l2(w_ptr + rows * stride_w + k_begin, tile * BLOCK_K, k_len, BLOCK_K)
     pdl.wait(PDL)
-    rstd = _norm_rstd(x_ptr, res_ptr, tokens * stride_x, K, eps, NORM, HAS_RESIDUAL, NORM_BLOCK,
-                      LATE)  # fmt: skip
+    rstd = _norm_rstd(x_ptr, res_ptr, tokens * stride_x, K, eps, NORM, HAS_RESIDUAL, NORM_BLOCK)
     owner = token_ids < tl.where(pid_n == 0, M, 0)  # row block 0 stores the K-range outputs
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    squares = tl.zeros([BLOCK_K, BLOCK_M], tl.float32)  # (LATE) of x + residual
     for offset in range(0, k_len, BLOCK_K):
         in_k = offset + cols < k_len
         if EVEN_K:
             w = tl.load(w_ptrs + offset)
         else:
             w = tl.load(w_ptrs + offset, mask=in_k[None, :], other=0.0)
-        if NORM and LATE:
-            x, h_squared = _late_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_offsets + offset,
-                                      k_begin + offset + cols[:, None], in_k[:, None],
-                                      owner[None, :] & in_k[:, None], HAS_RESIDUAL, EVEN_K)  # fmt: skip
-            squares += h_squared
-            x = x.to(x_ptr.dtype.element_ty)  # the tensor cores' operand type
-        elif NORM:
+        if NORM:
             x = _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
                              x_offsets + offset, k_begin + offset + cols[:, None], rstd[None, :],
                              in_k[:, None], owner[None, :] & in_k[:, None], HAS_RESIDUAL,
@@ -487,8 +442,7 @@ def _gemv_dot_kernel(
         else:
             acc = tl.dot(w, x, acc)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
-            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, tl.sum(squares, axis=0), squares_ptr, K,
-            eps, NORM and LATE)  # fmt: skip
+            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
 
 
 @triton.jit
@@ -511,7 +465,6 @@ def _gemv_fma_kernel(
     res_out_ptr,  # [1, K]
     normed_out_ptr,  # [1, K]
     eps,
-    squares_ptr,  # [NUM_SPLITS, row blocks, 1] (LATE with SPLIT)
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
@@ -520,7 +473,6 @@ def _gemv_fma_kernel(
     HAS_RESIDUAL: tl.constexpr,
     STORE_NORMED: tl.constexpr,
     NORM_BLOCK: tl.constexpr,
-    LATE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     VEC: tl.constexpr,  # elements per 16-byte load
@@ -543,60 +495,21 @@ def _gemv_fma_kernel(
     w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)  # weights: before the wait
     pdl.wait(PDL)
     rstd = _norm_rstd(x_ptr, res_ptr, tl.zeros([1], tl.int32), K, eps, NORM, HAS_RESIDUAL,
-                      NORM_BLOCK, LATE)  # fmt: skip
+                      NORM_BLOCK)  # fmt: skip
     owner = tl.zeros([1, 1, 1], tl.int32) < tl.where(pid_n == 0, 1, 0)  # row block 0 stores
     norm_args = (res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, rstd[:, None, None], owner)
-    squares = tl.zeros([BLOCK_K // VEC, 1, VEC], tl.float32)  # (LATE) of x + residual
-    if NORM and LATE:
-        acc, squares = _fma_late_loop(acc, squares, w_ptrs, w_next, x_ptr, k_begin + cols, cols,
-                                      k_len, norm_args, HAS_RESIDUAL, EVEN_K, BLOCK_K)  # fmt: skip
-    else:
-        x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, 0, k_len, norm_args, NORM,
-                        HAS_RESIDUAL, STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
-        for offset in range(0, k_len, BLOCK_K):
-            w, x = w_next, x_next
-            # double buffering: the next tile's loads are issued before this tile's multiply-adds
-            w_next = _load_columns(w_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
-            x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, offset + BLOCK_K, k_len,
-                            norm_args, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
-            acc += w.to(tl.float32) * x
-    y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
-    row_squares = tl.reshape(tl.sum(tl.sum(squares, axis=2), axis=0), [1])
-    _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
-            counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, row_squares, squares_ptr, K,
-            eps, NORM and LATE)  # fmt: skip
-
-
-@triton.jit
-def _fma_late_loop(acc, squares, w_ptrs, w_next, x_ptr, x_offsets, cols, k_len, norm_args,
-                   HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
-    """The FMA kernel's loop with the late norm fold: the same double buffer, x tiles (x +
-    residual) * norm weight in float32, and the squares of x + residual summed beside them."""
-    res_ptr, norm_w_ptr, res_out_ptr, _, _, owner = norm_args
-    x_next, sq_next = _late_fma_x(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_offsets, cols, 0,
-                                  k_len, owner, HAS_RESIDUAL, EVEN_K, BLOCK_K)  # fmt: skip
+    x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, 0, k_len, norm_args, NORM, HAS_RESIDUAL,
+                    STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
     for offset in range(0, k_len, BLOCK_K):
-        w, x, h_squared = w_next, x_next, sq_next
+        w, x = w_next, x_next
+        # double buffering: the next tile's loads are issued before this tile's multiply-adds
         w_next = _load_columns(w_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
-        x_next, sq_next = _late_fma_x(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_offsets, cols,
-                                      offset + BLOCK_K, k_len, owner, HAS_RESIDUAL, EVEN_K,
-                                      BLOCK_K)  # fmt: skip
+        x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, offset + BLOCK_K, k_len, norm_args,
+                        NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
         acc += w.to(tl.float32) * x
-        squares += h_squared
-    return acc, squares
-
-
-@triton.jit
-def _late_fma_x(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_offsets, cols, offset, k_len, owner,
-                HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
-    """`_fma_x` for the late fold: (the x tile [chunks, 1, VEC], its squares of x + residual).
-    EVEN_K's clamped last prefetch re-reads the last tile: the loop never uses it, and storing the
-    same x + residual again changes nothing, so no per-element column mask is needed there."""
-    in_k = offset + cols < k_len
-    offsets = x_offsets + _column_offset(offset, k_len, EVEN_K, BLOCK_K)
-    store_mask = owner if EVEN_K else owner & in_k
-    return _late_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, offsets, offsets, in_k, store_mask,
-                      HAS_RESIDUAL, EVEN_K)  # fmt: skip
+    y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
+    _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
+            counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
 
 
 @triton.jit
@@ -620,10 +533,9 @@ def _fma_x(x_ptrs, x_ptr, x_offsets, cols, offset, k_len, norm_args, NORM: tl.co
 
 @triton.jit
 def _norm_rstd(x_ptr, res_ptr, row_offsets, K, eps, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-               NORM_BLOCK: tl.constexpr, LATE: tl.constexpr):  # fmt: skip
-    """With the NORM prologue the rows' 1 / rms (_row_rstd), else ones (unused: kernels that do not
-    normalise, or do it late)."""
-    if NORM and not LATE:
+               NORM_BLOCK: tl.constexpr):  # fmt: skip
+    """With NORM the rows' 1 / rms (_row_rstd), else ones (unused: kernels that do not normalise)."""
+    if NORM:
         return _row_rstd(x_ptr, res_ptr, row_offsets, K, eps, HAS_RESIDUAL, NORM_BLOCK)
     return tl.full(row_offsets.shape, 1.0, tl.float32)
 
@@ -656,19 +568,6 @@ def _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, offset
     if STORE_NORMED:
         tl.store(normed_out_ptr + offsets, normed, mask=store_mask)
     return normed
-
-
-@triton.jit
-def _late_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, offsets, w_offsets, mask, store_mask,
-               HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
-    """The late fold's x tile at `offsets`: (float32 (x + residual) * norm weight, (x + residual)^2),
-    x + residual rounded as the norm kernel rounds it; where store_mask it is also stored."""
-    h = _residual_sum(x_ptr + offsets, res_ptr + offsets, mask, HAS_RESIDUAL, EVEN_K)
-    norm_w = _masked_load(norm_w_ptr + w_offsets, mask, EVEN_K).to(tl.float32)
-    if HAS_RESIDUAL:
-        tl.store(res_out_ptr + offsets, h, mask=store_mask)
-    h32 = h.to(tl.float32)
-    return norm_w * h32, h32 * h32
 
 
 @triton.jit
@@ -732,24 +631,13 @@ def _finish(
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
-    squares,  # [BLOCK_M] (LATE) this program's sums of squares of x + residual
-    squares_ptr,  # [NUM_SPLITS, row blocks, M] (LATE with SPLIT)
-    K,
-    eps,
-    LATE: tl.constexpr,  # acc is still to be scaled by 1 / rms (gemv.LATE_NORM_MAX_M's comment)
 ):
     mask = (row_ids[:, None] < N) & (token_ids[None, :] < M)
     if SPLIT == 0:
-        if LATE:
-            acc *= tl.rsqrt(squares / K + eps)[None, :]
         _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out, HAS_BIAS)
     else:
         partials = partial_ptr + token_ids[None, :] * N + row_ids[:, None]  # split 0's [N, M] view
         tl.store(partials + pid_k * M * N, acc, mask=mask)
-        row_blocks = tl.num_programs(0)
-        if LATE:  # (every row block sums the same squares: its own copy, so none waits for another)
-            square_ptrs = squares_ptr + pid_n * M + token_ids
-            tl.store(square_ptrs + pid_k * row_blocks * M, squares, mask=token_ids < M)
         if SPLIT == 2:
             # NOTE: the barrier orders every thread's partial store before the (release) arrival;
             # the program that sees all others arrived (acquire) sums the splits in order 0, 1, ...
@@ -761,13 +649,6 @@ def _finish(
                 for split in tl.static_range(NUM_SPLITS):  # unrolled: all loads in flight at once
                     total += tl.load(partials + split * M * N, mask=mask, other=0.0,
                                      cache_modifier=".cg")  # fmt: skip
-                if LATE:
-                    all_squares = tl.zeros(squares.shape, tl.float32)
-                    for split in tl.static_range(NUM_SPLITS):
-                        all_squares += tl.load(square_ptrs + split * row_blocks * M,
-                                               mask=token_ids < M, other=0.0,
-                                               cache_modifier=".cg")  # fmt: skip
-                    total *= tl.rsqrt(all_squares / K + eps)[None, :]
                 tl.store(counter_ptr + pid_n, 0)  # ready for the next launch
                 _store_output(total, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
                               HAS_BIAS)  # fmt: skip
@@ -787,15 +668,10 @@ def _reduce_splits_kernel(
     partial_ptr,  # [NUM_SPLITS, M, N] float32
     bias_ptr,  # [N]
     out_ptr,  # [M, N]
-    squares_ptr,  # [NUM_SPLITS, row blocks, M] float32 (LATE): row block 0's are read
     M,
     N,
-    K,
     stride_out,
-    squares_split_stride,  # row blocks * M
-    eps,
     HAS_BIAS: tl.constexpr,
-    LATE: tl.constexpr,  # scale the sum by 1 / rms (gemv.LATE_NORM_MAX_M's comment)
     NUM_SPLITS: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
@@ -807,11 +683,6 @@ def _reduce_splits_kernel(
     acc = tl.full([BLOCK], 0.0, tl.float32)
     for split in tl.static_range(NUM_SPLITS):  # unrolled: all loads in flight at once
         acc += tl.load(partial_ptr + (split * M + token) * N + cols, mask=mask, other=0.0)
-    if LATE:
-        squares = 0.0
-        for split in tl.static_range(NUM_SPLITS):
-            squares += tl.load(squares_ptr + split * squares_split_stride + token)
-        acc *= tl.rsqrt(squares / K + eps)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + token * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)

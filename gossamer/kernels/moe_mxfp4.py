@@ -365,25 +365,14 @@ def _route_kernel(
     BLOCK_H: tl.constexpr,
     V2_GROUPS: tl.constexpr = 4,  # X_LAYOUT 4: scale groups per step of the v2 gate_up kernel
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
-    norm_w_ptr=None,  # [H] float32 (NORM)
-    eps=0.0,  # (NORM)
-    NORM: tl.constexpr = False,  # (one pass) x is rms_norm(x) * norm weight, as norm.py writes it
 ):
     token = tl.program_id(0)
     expert = tl.arange(0, E_P2)
-    ONE_PASS: tl.constexpr = X_LAYOUT == 3 and BLOCK_H >= H
-    if ONE_PASS:
-        k_row = tl.arange(0, BLOCK_H)
-        if NORM:  # a constant: loaded before the wait
-            norm_w = tl.load(norm_w_ptr + k_row, mask=k_row < H, other=0.0).to(tl.float32)
     pdl.wait(PDL)
+    ONE_PASS: tl.constexpr = X_LAYOUT == 3 and BLOCK_H >= H
     if ONE_PASS:  # the whole row in registers, loaded beside the logits (decode: one trip to L2)
-        x_row = tl.load(x_ptr + token * H + k_row, mask=k_row < H, other=0.0)
-        if NORM:  # TorchOps.rms_norm's arithmetic and rounding (gossamer/kernels/norm.py)
-            h32 = x_row.to(tl.float32)
-            normed = h32 * tl.rsqrt(tl.sum(h32 * h32, axis=0) / H + eps)
-            x_row = (norm_w * normed).to(x_row.dtype)
-        x_row = x_row.to(tl.float32)
+        k_row = tl.arange(0, BLOCK_H)
+        x_row = tl.load(x_ptr + token * H + k_row, mask=k_row < H, other=0.0).to(tl.float32)
     logits = tl.load(
         logits_ptr + token * logits_row_stride + expert, mask=expert < E, other=float("-inf")
     ).to(tl.float32)
@@ -474,15 +463,11 @@ def route(
 
 
 def route_fp16(
-    router_logits: torch.Tensor,
-    top_k: int,
-    x: torch.Tensor,
-    norm: tuple[torch.Tensor, float] | None = None,
+    router_logits: torch.Tensor, top_k: int, x: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`route` for the packed-fp16 GEMV -> (ids, weights, x_h [T, H] fp16 pair planes (see _group_dot),
-    scaled by 2^e_t per token, x_unscale [T] fp32 = 2^-e_t). With norm = (norm weight [H], eps), x_h
-    holds rms_norm(x) * norm weight instead of x (norm.rms_norm's values), for H <= 8192."""
-    return _route(router_logits, top_k, x, "fp16", norm=norm)
+    scaled by 2^e_t per token, x_unscale [T] fp32 = 2^-e_t)."""
+    return _route(router_logits, top_k, x, "fp16")
 
 
 _X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4}
@@ -494,7 +479,6 @@ def _route(
     x: torch.Tensor | None,
     x_layout: str,
     v2_groups: int = 4,
-    norm: tuple[torch.Tensor, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     num_tokens, num_experts = router_logits.shape
     device = router_logits.device
@@ -513,10 +497,6 @@ def _route(
         x_out = torch.empty_like(x)
     if num_tokens == 0:
         return ids, weights, x_out, x_unscale
-    block_h = _route_block(hidden, x_layout if x is not None else None)
-    if norm is not None and (x_layout != "fp16" or block_h < hidden):
-        raise MoEShapeError(f"routing normalises x only in one fp16 pass (H <= 8192), not {hidden}")
-    norm_weight, eps = norm if norm is not None else (weights, 0.0)
     _route_kernel[(num_tokens,)](
         router_logits,
         ids,
@@ -531,13 +511,10 @@ def _route(
         K_P2=triton.next_power_of_2(top_k),
         H=hidden,
         X_LAYOUT=0 if x is None else _X_LAYOUTS[x_layout],
-        BLOCK_H=block_h,
+        BLOCK_H=_route_block(hidden, x_layout if x is not None else None),
         V2_GROUPS=v2_groups,
         num_warps=4 if x_layout != "fp16" else 8,
         **pdl.launch_options(router_logits.device),
-        norm_w_ptr=norm_weight,
-        eps=eps,
-        NORM=norm is not None,
     )
     return ids, weights, x_out, x_unscale
 
@@ -1506,12 +1483,9 @@ def moe_mxfp4_decode_fp16(
     swiglu_alpha: float,
     gate_up_config: dict[str, int] | None = None,
     down_config: dict[str, int] | None = None,
-    norm: tuple[torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """The GEMV path with packed-fp16 products (see the section comment). The configs override
-    DECODE_FP16_GATE_UP / DECODE_FP16_DOWN; SPLIT_K in them splits the K loop across programs.
-    With norm = (norm weight, eps) the experts see rms_norm(x) * norm weight, normalised by the
-    routing kernel (gemv.LATE_NORM_MAX_M's comment: the router GEMV then never needs those rows)."""
+    DECODE_FP16_GATE_UP / DECODE_FP16_DOWN; SPLIT_K in them splits the K loop across programs."""
     num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
     if not experts.is_mxfp4:
         raise MoEShapeError("the GEMV path needs MXFP4 experts; use moe_mxfp4_grouped for dense")
@@ -1524,7 +1498,7 @@ def moe_mxfp4_decode_fp16(
     out = torch.empty_like(x)
     if num_tokens == 0:
         return out
-    ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x, norm)
+    ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x)
     _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
                   swiglu_alpha, gu, dn)  # fmt: skip
     return out
@@ -2536,7 +2510,8 @@ def moe_mxfp4(
     DECODE_PAIRS_PER_EXPERT * E) (a static choice on shapes, so each CUDA graph captures one
     path), else the grouped path (also for dense experts; v2 when GROUPED_V2)."""
     max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * router_logits.shape[1])
-    fp16 = _fp16_limit(swiglu_limit)
+    # the fp16 GEMVs scale the SwiGLU output by its clamp, so they need a finite limit
+    fp16 = DECODE_FP16 and 0.0 < swiglu_limit < 1e4
     if experts.is_mxfp4 and x.shape[0] * top_k <= max_pairs:
         decode = moe_mxfp4_decode_fp16 if fp16 else moe_mxfp4_decode
         return decode(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
@@ -2548,23 +2523,6 @@ def moe_mxfp4(
         return moe_mxfp4_grouped_gemv(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     grouped = moe_mxfp4_grouped_v2 if GROUPED_V2 else moe_mxfp4_grouped  # v2 sends dense to v1
     return grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
-
-
-def _fp16_limit(swiglu_limit: float) -> bool:
-    """Whether the packed-fp16 GEMVs may serve: they scale the SwiGLU output by its clamp, so they
-    need a finite limit."""
-    return DECODE_FP16 and 0.0 < swiglu_limit < 1e4
-
-
-def routes_normed(
-    num_tokens: int, hidden: int, num_experts: int, experts: ExpertWeights, top_k: int,
-    swiglu_limit: float,
-) -> bool:  # fmt: skip
-    """Whether `moe_mxfp4` takes the packed-fp16 GEMV path here, whose routing kernel can normalise
-    x itself (moe_mxfp4_decode_fp16's `norm`)."""
-    max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * num_experts)
-    fits = num_tokens * top_k <= max_pairs and _route_block(hidden, "fp16") >= hidden
-    return experts.is_mxfp4 and _fp16_limit(swiglu_limit) and fits
 
 
 def _check(

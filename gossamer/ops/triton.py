@@ -60,9 +60,6 @@ class TritonOps:
         # batches); else (prefill, cuBLAS shapes) its own kernel, then `linear`
         if gemv.fuses_norm(hidden, residual, weight):
             return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed)
-        if not want_normed and gemv.late_norm_serves(hidden, residual, weight):
-            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, False,
-                                    late=True)  # fmt: skip
         return compose_norm_linear(
             self, hidden, residual, norm_weight, eps, weight, bias, want_normed
         )
@@ -170,19 +167,9 @@ class TritonOps:
         swiglu_alpha: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # Decode batches: the router and the routing in one launch (with the norm, or after the
-        # norm kernel: moe_mxfp4.ROUTER_NORM), then the two expert GEMVs; or the late norm fold
-        # (gemv.LATE_NORM_MAX_M): the router GEMV scales by 1 / rms at its end and the routing
-        # kernel normalises the row for the experts; else the parts.
+        # norm kernel: moe_mxfp4.ROUTER_NORM), then the two expert GEMVs; else the parts.
         moe = _kernel_module("moe_mxfp4")
         args = (router_weight, router_bias, experts, top_k, swiglu_limit, swiglu_alpha)
-        if moe is not None and self._late_norm_moe(moe, hidden, residual, *args):
-            router_logits, _, new_residual = gemv.norm_linear(
-                hidden, residual, norm_weight, eps, router_weight, router_bias, False, late=True
-            )
-            x = new_residual.reshape(-1, hidden.shape[-1])
-            out = moe.moe_mxfp4_decode_fp16(x, router_logits, experts, top_k, swiglu_limit,
-                                            swiglu_alpha, norm=(norm_weight, eps))  # fmt: skip
-            return out.view(hidden.shape), new_residual
         if moe is None or not moe.fuses_router(
             hidden, residual, router_weight, experts, top_k, swiglu_limit
         ):
@@ -191,16 +178,6 @@ class TritonOps:
             return moe.router_moe(hidden, residual, norm_weight, eps, *args)
         normed, new_residual = self.rms_norm(hidden, norm_weight, eps, residual)
         return moe.router_moe(normed, None, None, eps, *args)[0], new_residual
-
-    @staticmethod
-    def _late_norm_moe(moe, hidden, residual, router_weight, router_bias, experts, top_k,
-                       swiglu_limit, swiglu_alpha) -> bool:  # fmt: skip
-        """Whether norm_moe takes the late norm fold (the fused router, when on, comes first)."""
-        if moe.FUSED_ROUTER or not gemv.late_norm_serves(hidden, residual, router_weight):
-            return False
-        num_tokens = hidden.numel() // hidden.shape[-1]
-        return moe.routes_normed(num_tokens, hidden.shape[-1], router_weight.shape[0], experts,
-                                 top_k, swiglu_limit)  # fmt: skip
 
 
 @functools.cache
