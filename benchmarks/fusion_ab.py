@@ -16,6 +16,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
   prefetch_next  decode attention's key loop loads each tile an iteration ahead
                (attention.PREFETCH_NEXT_KV; matters where splits hold several tiles: --context 8192)
+  prefetch_next_128  the same with at least 128 keys per split (attention.DECODE_MIN_SPLIT_KEYS,
+               default 64): fewer splits to merge, each of two or more tiles that now overlap
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -58,6 +60,7 @@ VARIANTS = {
     "down_ahead2": {"down_ahead": 2},
     "late_kv": {"early_kv": False},
     "prefetch_next": {"prefetch_next": True},
+    "prefetch_next_128": {"prefetch_next": True, "min_split_keys": 128},
 }
 
 
@@ -67,6 +70,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
+    attention.DECODE_MIN_SPLIT_KEYS = variant.get("min_split_keys", defaults["min_split_keys"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
@@ -127,6 +131,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
                 "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
+                "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
                 "down": moe_mxfp4.DECODE_FP16_DOWN,
                 "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)

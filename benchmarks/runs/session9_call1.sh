@@ -6,7 +6,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s9c1; mkdir -p $R
-git log --oneline -1 > $R/commit.txt 2>/dev/null || true
+# Ran on 95aabba (the late norm fold d2832b5, reverted after this call in 4888321).
 step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s9c1; return $rc; }
 TAILN=6 step ab_120b 210 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,late_norm --interleave --fed --rounds 4 --steps 32 --json $R/ab_120b.json
 TAILN=6 step ab_20b 100 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,late_norm --interleave --fed --rounds 4 --steps 32 --json $R/ab_20b.json
