@@ -46,10 +46,12 @@ cost little while decode is memory bound, and how the MoE reads more experts as 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
 import math
 import platform
+import pstats
 import statistics
 import sys
 import time
@@ -268,68 +270,133 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
         dtype=args.dtype,
         max_model_len=args.max_model_len,
     )
+    methods = method_configs(args)
+    if args.interleave:
+        return _interleaved_e2e(args, loaded, methods)
     rows: list[E2eRow] = []
     baseline: dict[int, float] = {}
-    for name, spec in method_configs(args).items():
-        config = EngineConfig(
-            max_num_seqs=max(args.batch_sizes),
-            kv_cache_memory=int(args.kv_cache_gib * (1 << 30)),
-            speculative_config=spec,
-            cuda_graphs=not args.no_cuda_graphs,
-            async_scheduling=args.async_scheduling,
-        )
-        engine = EngineCore(loaded.model, None, config)
-        measured = _measured_cost_table(engine)
-        if measured is not None:
-            seconds = engine.speculator.calibration_seconds
-            print(f"{name}: step costs timed at start-up in {seconds:.2f} s (ms): {measured}")
+    for name, spec in methods.items():
+        engine, measured = _e2e_engine(args, loaded, name, spec)
         for batch in args.batch_sizes:
-            # Warm-up: the same batch and length on other prompts (no prefix-cache hits). Triton
-            # compiles kernels for new shapes on first use, and some depend on the context
-            # length, so a short warm-up once left the first method's row 7x too slow.
-            run_workload(engine, workload(loaded, batch, seed=1000 + batch), args.max_tokens)
-            before = dict(engine.stats.spec_stats)
-            steps_before = dict(engine.stats.runner_steps)
-            overlapped_before = engine.num_overlapped_steps
-            runs = [
-                run_workload(
-                    engine, workload(loaded, batch, seed=batch + 7919 * r), args.max_tokens
-                )
-                for r in range(args.runs)
-            ]  # fresh prompts each time: no prefix-cache hits between the runs
-            speeds = [tokens / run_seconds for tokens, run_seconds, _ in runs]
-            generated, seconds = sum(r[0] for r in runs), sum(r[1] for r in runs)
-            slowest = max(r[2] for r in runs)
-            stats = _delta(before, engine.stats.spec_stats, "num_")  # over all the runs
-            steps = _delta(steps_before, engine.stats.runner_steps)
-            speed = statistics.median(speeds)
-            if name == "none":
-                baseline[batch] = speed
-            drafts = stats.get("num_drafts", 0)
-            row = E2eRow(
-                name,
-                batch,
-                generated,
-                seconds,
-                speed,
-                speed / baseline.get(batch, speed),
-                1 + stats.get("num_accepted_tokens", 0) / drafts if drafts else 1.0,
-                stats.get("num_accepted_tokens", 0) / max(stats.get("num_draft_tokens", 0), 1),
-                steps.get(GRAPH, 0) / max(sum(steps.values()), 1),
-                1e3 * slowest,
-                steps,
-                stats.get("num_tree_drafts", 0),
-                _cost_times(engine.stats.spec_stats),
-                measured,
-                _guard_state(engine.stats.spec_stats, stats),
-                engine.num_overlapped_steps - overlapped_before,
-                speeds,
-            )
+            _warm_up(engine, loaded, batch, args.max_tokens)
+            measurement = E2eMeasurement(engine, measured, args.profile)
+            for r in range(args.runs):
+                measurement.run(loaded, batch, r, args.max_tokens)
+            row = measurement.row(name, batch, baseline)
             rows.append(row)
             print(row.line(), flush=True)
+            if args.profile:
+                measurement.print_profile(name, batch)
         del engine
         _free()
     return rows
+
+
+def _interleaved_e2e(args, loaded, methods: dict[str, SpecConfig | None]) -> list[E2eRow]:
+    """Every method's engine built first, then their timed runs in turn (run 1 of each method,
+    run 2 of each, ...): a drift of the machine (the host's clocks, other tenants) between runs
+    then hits every method alike instead of whichever ran during it."""
+    engines = {name: _e2e_engine(args, loaded, name, spec) for name, spec in methods.items()}
+    rows: list[E2eRow] = []
+    baseline: dict[int, float] = {}
+    for batch in args.batch_sizes:
+        for engine, _ in engines.values():
+            _warm_up(engine, loaded, batch, args.max_tokens)
+        measurements = {
+            name: E2eMeasurement(*built, args.profile) for name, built in engines.items()
+        }
+        for r in range(args.runs):
+            for measurement in measurements.values():
+                measurement.run(loaded, batch, r, args.max_tokens)
+        for name, measurement in measurements.items():  # none first: method_configs' order
+            row = measurement.row(name, batch, baseline)
+            rows.append(row)
+            print(row.line(), flush=True)
+            if args.profile:
+                measurement.print_profile(name, batch)
+    return rows
+
+
+def _e2e_engine(args, loaded, name: str, spec: SpecConfig | None) -> tuple[EngineCore, str | None]:
+    config = EngineConfig(
+        max_num_seqs=max(args.batch_sizes),
+        kv_cache_memory=int(args.kv_cache_gib * (1 << 30)),
+        speculative_config=spec,
+        cuda_graphs=not args.no_cuda_graphs,
+        async_scheduling=args.async_scheduling,
+    )
+    engine = EngineCore(loaded.model, None, config)
+    measured = _measured_cost_table(engine)
+    if measured is not None:
+        seconds = engine.speculator.calibration_seconds
+        print(f"{name}: step costs timed at start-up in {seconds:.2f} s (ms): {measured}")
+    return engine, measured
+
+
+def _warm_up(engine: EngineCore, loaded, batch: int, max_tokens: int) -> None:
+    """The same batch and length on other prompts (no prefix-cache hits). Triton compiles kernels
+    for new shapes on first use, and some depend on the context length, so a short warm-up once
+    left the first method's row 7x too slow."""
+    run_workload(engine, workload(loaded, batch, seed=1000 + batch), max_tokens)
+
+
+class E2eMeasurement:
+    """One method's timed runs at one batch size: its engine's counters before them, each run."""
+
+    def __init__(self, engine: EngineCore, measured: str | None, profile: bool = False) -> None:
+        self.engine, self.measured = engine, measured
+        self.profiler = cProfile.Profile() if profile else None
+        self.spec_before = dict(engine.stats.spec_stats)
+        self.steps_before = dict(engine.stats.runner_steps)
+        self.overlapped_before = engine.num_overlapped_steps
+        self.runs: list[tuple[int, float, float]] = []
+
+    def run(self, loaded, batch: int, index: int, max_tokens: int) -> None:
+        # fresh prompts each time: no prefix-cache hits between the runs
+        prompts = workload(loaded, batch, seed=batch + 7919 * index)
+        if self.profiler is not None:
+            self.profiler.enable()
+        self.runs.append(run_workload(self.engine, prompts, max_tokens))
+        if self.profiler is not None:
+            self.profiler.disable()
+
+    def print_profile(self, name: str, batch: int, top: int = 25) -> None:
+        """The host's time in the runs by function (--profile; the profiler slows the host, so
+        such runs are for where the time goes, not for their speed)."""
+        steps = sum(tokens for tokens, _, _ in self.runs) / batch
+        print(f"--- {name} at batch {batch}: host profile over ~{steps:.0f} steps (tottime)")
+        pstats.Stats(self.profiler).sort_stats("tottime").print_stats(top)
+
+    def row(self, name: str, batch: int, baseline: dict[int, float]) -> E2eRow:
+        """The row of the runs (tok/s: their median; counters: over all of them); a "none" row
+        sets the batch size's baseline."""
+        engine = self.engine
+        speeds = [tokens / seconds for tokens, seconds, _ in self.runs]
+        stats = _delta(self.spec_before, engine.stats.spec_stats, "num_")
+        steps = _delta(self.steps_before, engine.stats.runner_steps)
+        speed = statistics.median(speeds)
+        if name == "none":
+            baseline[batch] = speed
+        drafts = stats.get("num_drafts", 0)
+        return E2eRow(
+            name,
+            batch,
+            sum(run[0] for run in self.runs),
+            sum(run[1] for run in self.runs),
+            speed,
+            speed / baseline.get(batch, speed),
+            1 + stats.get("num_accepted_tokens", 0) / drafts if drafts else 1.0,
+            stats.get("num_accepted_tokens", 0) / max(stats.get("num_draft_tokens", 0), 1),
+            steps.get(GRAPH, 0) / max(sum(steps.values()), 1),
+            1e3 * max(run[2] for run in self.runs),
+            steps,
+            stats.get("num_tree_drafts", 0),
+            _cost_times(engine.stats.spec_stats),
+            self.measured,
+            _guard_state(engine.stats.spec_stats, stats),
+            engine.num_overlapped_steps - self.overlapped_before,
+            speeds,
+        )
 
 
 def _measured_cost_table(engine: EngineCore) -> str | None:
@@ -606,6 +673,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=1,
         help="timed runs per method and batch size (fresh prompts each); tok/s is their median",
+    )
+    e2e.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the host in the timed runs (cProfile; slows them) and print where each "
+        "row's time went",
+    )
+    e2e.add_argument(
+        "--interleave",
+        action="store_true",
+        help="build every method's engine first, then time run 1 of each, run 2 of each, ... "
+        "(the host's speed drifts between runs on a shared machine)",
     )
     e2e.add_argument("--kv-cache-gib", type=float, default=8.0)
     e2e.add_argument(

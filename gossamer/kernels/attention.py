@@ -83,9 +83,11 @@ PROGRAMS_PER_SM = 4
 EARLY_KV = os.environ.get("GOSSAMER_ATTN_EARLY_KV", "1") != "0"
 # Decode launches load each key tile one iteration ahead, so that a split's iterations overlap their
 # trips to memory (the session-8 sweep measured ~1.2 us per 64-key iteration of one program: its
-# block-table -> K/V loads are dependent and Triton's pipeliner does not overlap them). Off until
-# measured: GOSSAMER_ATTN_PREFETCH_NEXT=1 (kernels_attention.py rows at 8k show it).
-PREFETCH_NEXT_KV = os.environ.get("GOSSAMER_ATTN_PREFETCH_NEXT", "0") == "1"
+# block-table -> K/V loads are dependent and Triton's pipeliner does not overlap them). Measured on
+# the H200 (session 9, benchmarks/fusion_ab.py, 120b batch 1, interleaved, tokens fed): 2.242 ->
+# 2.207 ms per step at 1k context, 2.405 -> 2.381 at 8k; with 128-key splits instead of 64 it lost
+# the gain (2.249 at 1k). GOSSAMER_ATTN_PREFETCH_NEXT=0 turns it off for A/B runs.
+PREFETCH_NEXT_KV = os.environ.get("GOSSAMER_ATTN_PREFETCH_NEXT", "1") != "0"
 # Keys per split at least (a multiple of DECODE_BLOCK_N). A split's partials, its arrival and the
 # merge are about three dependent trips through L2, while one more key iteration in a program is
 # one pipelined load: short contexts (a 128-key sliding window, 1k keys at batch 1) may be faster

@@ -65,6 +65,27 @@ def test_e2e_dry_run_with_trees(benchmark_script, models, tmp_path):
     assert rows["draft-tree"]["mean_accepted_length"] > 2
 
 
+def test_e2e_interleaved_runs(benchmark_script, models, tmp_path, capsys):
+    """--interleave: every method's engine first, then the runs in turn; the rows are as without
+    it (per batch size, none first, each run's tokens counted once)."""
+    target, _ = models
+    out = tmp_path / "e2e.json"
+    benchmark_script("spec_decode").main(
+        ["e2e", "--model", str(target), "--device", "cpu", "--dtype", "float32"]
+        + ["--max-model-len", "256", "--batch-sizes", "1,2", "--max-tokens", "4"]
+        + ["--methods", "none,ngram", "--no-cuda-graphs", "--kv-cache-gib", "0.01"]
+        + ["--runs", "2", "--interleave", "--profile", "--json", str(out)]
+    )
+    assert "none at batch 1: host profile over ~8 steps" in capsys.readouterr().out  # --profile
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["method"], row["batch"]) for row in rows] == [
+        ("none", 1), ("ngram", 1), ("none", 2), ("ngram", 2)
+    ]  # fmt: skip
+    assert [row["generated_tokens"] for row in rows] == [8, 8, 16, 16]
+    assert all(len(row["runs_tokens_per_s"]) == 2 for row in rows)
+    assert rows[0]["speedup"] == rows[2]["speedup"] == 1.0
+
+
 def test_suffix_build_mode(benchmark_script, tmp_path):
     out = tmp_path / "suffix.json"
     benchmark_script("spec_decode").main(
