@@ -79,7 +79,7 @@ from gossamer.spec.config import SpecConfig
 from gossamer.spec.cost import DraftLengthChooser
 from gossamer.spec.guard import MeasuredGuard
 from gossamer.spec.metrics import SpecMetrics
-from gossamer.spec.proposer import Draft, Proposer, SpecRequest
+from gossamer.spec.proposer import BaseProposer, Draft, Proposer, SpecRequest
 from gossamer.spec.tree import ancestor_masks, move_accepted_kv, node_depths, tree_depth
 from gossamer.spec.verify import verify
 
@@ -135,6 +135,9 @@ class Speculator:
             raise ValueError("a speculator needs at least one proposer")
         self.config = config
         self.proposers = proposers  # in preference order for ties
+        # those that look at every step (EAGLE-3's hidden states): the others' `observe` is the
+        # base no-op, and an idle step then skips building what it would be given
+        self._observers = [p for p in proposers.values() if _observes(p)]
         self.metrics = SpecMetrics(config.num_speculative_tokens)
         # A ModelRunner subclass the target must run with (EAGLE-3 needs hidden states), or None.
         self.target_runner_class = None
@@ -305,25 +308,37 @@ class Speculator:
         self._record_cycle(scheduled, sampled, now)
         self._cycle_start, self._built = now, {}
         self._step += 1
-        self._record(scheduled, sampled)
+        if self._pending:  # (drafts were verified in this step)
+            self._record(scheduled, sampled)
         self._release_ended(scheduler)
-        live = {}
-        for item in scheduled.scheduled_requests:
-            request = scheduler.get_request(item.request_id)
-            if request is not None:
-                live[item.request_id] = request.all_token_ids
-                self._tracked[item.request_id] = request
-        paths = {request_id: path for request_id, (_, path) in self._tree_paths.items()}
-        self._tree_paths = {}
-        for proposer in self.proposers.values():
-            if paths:
+        live = self._track(scheduler, scheduled)
+        if self._tree_paths:
+            paths = {request_id: path for request_id, (_, path) in self._tree_paths.items()}
+            self._tree_paths = {}
+            for proposer in self.proposers.values():
                 proposer.accepted_paths(paths)
+        for proposer in self._observers:
             proposer.observe(scheduled, live)
         if next_in_flight:
             self._count_overlapped_step(scheduler)
         else:
             self._propose(scheduler, row_for)
         self._step_done = self.clock()
+
+    def _track(self, scheduler: Scheduler, scheduled: SchedulerOutput) -> dict[str, list[int]]:
+        """Tracks the step's requests (proposers may hold state for them until they end);
+        returns each live one's tokens where some proposer observes steps (else {})."""
+        live = {}
+        observed = bool(self._observers)
+        for item in scheduled.scheduled_requests:
+            request_id = item.request_id
+            if not observed and request_id in self._tracked:
+                continue  # (the common idle step: nothing new to look up)
+            request = scheduler.get_request(request_id)
+            if request is not None:
+                live[request_id] = request.all_token_ids
+                self._tracked[request_id] = request
+        return live if observed else {}
 
     def _end_overlap(self, next_in_flight: bool) -> None:
         """The step that ends an overlap was launched before the previous after_step: the time
@@ -720,6 +735,11 @@ class Speculator:
         if self.guard is not None:
             stats |= self.guard.stats()
         return stats
+
+
+def _observes(proposer: Proposer) -> bool:
+    """Whether the proposer's `observe` does something (not BaseProposer's no-op)."""
+    return getattr(type(proposer), "observe", None) is not BaseProposer.observe
 
 
 def _decode_only(items: Sequence[ScheduledRequest]) -> bool:
