@@ -56,6 +56,13 @@ numbers below are from a CPU oracle model on a simulated H200, batch 8 unless sa
   model of that closed batch (mini's H200 step times, mixes of per-request acceptance) it kept
   plain where the mean lost up to 25% (seven fast requests hid a slow one), lost at most 6%
   itself, and still speculated where a few requests lose a little and the run gains.
+- **Plain windows measure their tail.** A plain step costs the same early or late in a window (no
+  index, no catch-up), so a long kept window of plain decoding leaves all but its last PLAIN_TAIL
+  x `explore_steps` steps unmeasured, like a window's warm-up, and the speculator skips its
+  per-request bookkeeping there (`skips`). At batch 8 on the H200 gpt-oss-mini's overlapped plain
+  steps are host bound (0.34 ms of GPU time each), and the speculator's per-step host work made
+  auto's plain steps 0.82x as fast as no speculator's (session 9, benchmarks/spec_decode.py e2e
+  --interleave; its --profile shows where).
 - **Rare exploration where a mode lost.** A window of the slower mode costs its steps plus the
   switches and, for speculation, the indexes of the requests that arrived meanwhile (25-36 ms of a
   160 ms run). So the interval to the next exploration doubles with each that confirms the choice
@@ -84,6 +91,9 @@ STALL_FACTOR = 4.0  # a step slower than this many times its mode's recent steps
 # catches up on the tokens of a plain window in its first proposal).
 WARMUP_STEPS = 1
 MAX_BACKOFF = 8  # explorations that keep confirming the choice come at most 8x more rarely
+# A kept window of plain decoding measures only its last PLAIN_TAIL windows' worth of steps
+# (PLAIN_TAIL * explore_steps): module doc, "Plain windows measure their tail".
+PLAIN_TAIL = 4
 # An index build is spread over at most this many times `explore_every` of its request's steps:
 # the longest the guard keeps a decision (module doc), and the life of a request of unknown length.
 AMORTIZE_HORIZON = MAX_BACKOFF
@@ -271,6 +281,16 @@ class MeasuredGuard:
             self._next_window(bucket)
         return verdict
 
+    def skips(self, batch: int, speculated: bool) -> bool:
+        """Whether a step of `batch` decodes run in mode `speculated` (and building no index) is
+        one its window leaves unmeasured; if so it is counted as such, as `record` would count
+        it, without the step's time and tokens (which the caller then need not gather)."""
+        bucket = self.buckets.get(bucket_of(batch))
+        if bucket is None or speculated != bucket.mode or not bucket.unmeasured:
+            return False
+        bucket.unmeasured -= 1
+        return True
+
     def _capped(self, bucket: Bucket, speculated: bool, seconds: float) -> tuple[float, str]:
         """The seconds a step counts for and its verdict; updates the stall cap's reference."""
         recent = bucket.recent[speculated]
@@ -296,6 +316,10 @@ class MeasuredGuard:
         if bucket.exploring:
             self._decide(bucket)
             bucket.mode, bucket.left = bucket.choice, bucket.interval
+            tail = PLAIN_TAIL * self.explore_steps
+            if not bucket.choice and bucket.interval > tail:  # plain: only the tail is measured
+                bucket.unmeasured += bucket.interval - tail
+                bucket.left = tail
         else:
             bucket.mode, bucket.left = not bucket.choice, self.explore_steps
         self._stats = {}

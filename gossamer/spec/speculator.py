@@ -77,7 +77,7 @@ from gossamer.scheduler import Request, ScheduledRequest, Scheduler, SchedulerOu
 from gossamer.spec.calibrate import Timer, calibrated_cost_table
 from gossamer.spec.config import SpecConfig
 from gossamer.spec.cost import DraftLengthChooser
-from gossamer.spec.guard import MeasuredGuard
+from gossamer.spec.guard import WARM_UP, MeasuredGuard
 from gossamer.spec.metrics import SpecMetrics
 from gossamer.spec.proposer import BaseProposer, Draft, Proposer, SpecRequest
 from gossamer.spec.tree import ancestor_masks, move_accepted_kv, node_depths, tree_depth
@@ -310,7 +310,8 @@ class Speculator:
         self._step += 1
         if self._pending:  # (drafts were verified in this step)
             self._record(scheduled, sampled)
-        self._release_ended(scheduler)
+        if len(self._tracked) > scheduler.num_running:  # (else none of them can have ended)
+            self._release_ended(scheduler)
         live = self._track(scheduler, scheduled)
         if self._tree_paths:
             paths = {request_id: path for request_id, (_, path) in self._tree_paths.items()}
@@ -332,13 +333,17 @@ class Speculator:
         observed = bool(self._observers)
         for item in scheduled.scheduled_requests:
             request_id = item.request_id
-            if not observed and request_id in self._tracked:
-                continue  # (the common idle step: nothing new to look up)
             request = scheduler.get_request(request_id)
-            if request is not None:
-                live[request_id] = request.all_token_ids
+            if request is None:
+                continue
+            known = self._tracked.get(request_id)
+            if known is not request:
+                if known is not None:  # an ended request's id came back before it was released
+                    self._release(request_id, known)
                 self._tracked[request_id] = request
-        return live if observed else {}
+            if observed:
+                live[request_id] = request.all_token_ids
+        return live
 
     def _end_overlap(self, next_in_flight: bool) -> None:
         """The step that ends an overlap was launched before the previous after_step: the time
@@ -370,6 +375,8 @@ class Speculator:
         if self.guard is None:
             return
         verdict = self._unsampled_reason(items, mode, start)
+        if verdict is None and not self._built and self.guard.skips(len(items), mode):
+            verdict = WARM_UP  # (a long plain window's unmeasured steps: no per-request work)
         if verdict is not None and self.cycle_observer is None:
             return  # (steps the guard does not sample, e.g. idle overlapped ones: no per-request work)
         tokens = {item.request_id: len(sampled.get(item.request_id, ())) for item in items}
@@ -431,17 +438,20 @@ class Speculator:
 
     def _release_ended(self, scheduler: Scheduler) -> None:
         for request_id, request in list(self._tracked.items()):
-            if scheduler.get_request(request_id) is request:
-                continue
-            del self._tracked[request_id]
-            self._states.pop(request_id, None)
-            self._pending.pop(request_id, None)
-            for requests in self._proposed_for.values():
-                requests.discard(request_id)
-            if self.chooser is not None:
-                self.chooser.forget(request_id)
-            for proposer in self.proposers.values():
-                proposer.release(request_id, request.all_token_ids, request.num_prompt_tokens)
+            if scheduler.get_request(request_id) is not request:
+                self._release(request_id, request)
+
+    def _release(self, request_id: str, request: Request) -> None:
+        """The request ended: every proposer and record lets go of it."""
+        del self._tracked[request_id]
+        self._states.pop(request_id, None)
+        self._pending.pop(request_id, None)
+        for requests in self._proposed_for.values():
+            requests.discard(request_id)
+        if self.chooser is not None:
+            self.chooser.forget(request_id)
+        for proposer in self.proposers.values():
+            proposer.release(request_id, request.all_token_ids, request.num_prompt_tokens)
 
     # ---- idle batches --------------------------------------------------------------------------
 

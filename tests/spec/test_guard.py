@@ -19,6 +19,7 @@ from gossamer.spec.guard import (
     EXPLORE_SHARE,
     INDEXED,
     MAX_BACKOFF,
+    PLAIN_TAIL,
     SAMPLED,
     WARM_UP,
     WARMUP_STEPS,
@@ -138,6 +139,27 @@ def test_a_mode_that_lost_by_far_is_explored_rarely_at_once(spec_seconds):
     assert guard.buckets[8].interval == EVERY * MAX_BACKOFF and not guard.allows(8)
     modes = feed(guard, 8, EVERY * MAX_BACKOFF + WARMUP_STEPS, seconds, {True: 1.0, False: 1.0})
     assert not any(modes) and guard.allows(8)  # explored again
+
+
+def test_a_long_plain_window_measures_only_its_tail():
+    """Plain decoding kept: of its window (as long as before) only the last PLAIN_TAIL x
+    explore_steps steps are measured; `skips` counts the others without their tokens, and what
+    they cost does not reach the next decision, while the tail's cost does."""
+    guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+    seconds, tokens = {True: 4.0, False: 1.0}, {True: 1.0, False: 1.0}
+    feed(guard, 8, 2 * SHORT, seconds, tokens)  # speculation 4x slower: plain kept
+    bucket, tail = guard.buckets[8], PLAIN_TAIL * WINDOW
+    assert not bucket.choice and bucket.interval > tail
+    assert bucket.unmeasured == WARMUP_STEPS + bucket.interval - tail and bucket.left == tail
+    assert not guard.skips(8, True)  # the other mode's step: not this window's
+    skipped = 0
+    while guard.skips(8, False):
+        skipped += 1
+    assert skipped == WARMUP_STEPS + bucket.interval - tail
+    assert guard.record(False, 1.0, batch_tokens(8, 1.0)) == SAMPLED  # the tail is measured
+    feed(guard, 8, tail - 1, {True: 4.0, False: 3.0}, tokens)  # plain turned 3x slower there
+    assert bucket.last[False].seconds == pytest.approx(1.0 + 3.0 * (tail - 1))
+    assert guard.allows(8)  # exploring speculation again
 
 
 def test_hysteresis_keeps_the_choice_when_the_other_mode_is_barely_faster():
