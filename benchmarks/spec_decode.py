@@ -366,6 +366,8 @@ class E2eMeasurement:
         steps = sum(tokens for tokens, _, _ in self.runs) / batch
         print(f"--- {name} at batch {batch}: host profile over ~{steps:.0f} steps (tottime)")
         pstats.Stats(self.profiler).sort_stats("tottime").print_stats(top)
+        print(f"--- {name} at batch {batch}: the engine's and the speculator's parts (cumulative)")
+        pstats.Stats(self.profiler).sort_stats("cumulative").print_stats("spec/|engine/core", top)
 
     def row(self, name: str, batch: int, baseline: dict[int, float]) -> E2eRow:
         """The row of the runs (tok/s: their median; counters: over all of them); a "none" row
