@@ -304,8 +304,9 @@ class Speculator:
         proposed now would not include this step's token, so none are."""
         now = self.clock()
         self._end_overlap(next_in_flight)
-        self._record_step_time(scheduled, now)
-        self._record_cycle(scheduled, sampled, now)
+        decode_only = _decode_only(scheduled.scheduled_requests)  # (once: every step pays it)
+        self._record_step_time(scheduled, decode_only, now)
+        self._record_cycle(scheduled, sampled, decode_only, now)
         self._cycle_start, self._built = now, {}
         self._step += 1
         if self._pending:  # (drafts were verified in this step)
@@ -352,18 +353,23 @@ class Speculator:
             self._step_done = self._cycle_start = None
         self._ran_ahead = next_in_flight
 
-    def _record_step_time(self, scheduled: SchedulerOutput, now: float) -> None:
+    def _record_step_time(self, scheduled: SchedulerOutput, decode_only: bool, now: float) -> None:
         """The engine's step since the last after_step: the plain step time the cost model
         converts host time with. Steps with a prompt chunk (and the idle time before one) are
         left out."""
         items = scheduled.scheduled_requests
-        if self.chooser is None or self._step_done is None or not _decode_only(items):
+        if self.chooser is None or self._step_done is None or not decode_only:
             return
-        num_drafts = sum(item.num_draft_tokens for item in items)
+        # (drafts were scheduled only where some are pending)
+        num_drafts = sum(item.num_draft_tokens for item in items) if self._pending else 0
         self.chooser.record_step_time(len(items), num_drafts, now - self._step_done)
 
     def _record_cycle(
-        self, scheduled: SchedulerOutput, sampled: dict[str, list[int]], now: float
+        self,
+        scheduled: SchedulerOutput,
+        sampled: dict[str, list[int]],
+        decode_only: bool,
+        now: float,
     ) -> None:
         """For the measured guard: the step just done, from the start of the previous after_step
         (which proposed for it, or not) to now, and the tokens each request got. Steps with a
@@ -374,7 +380,7 @@ class Speculator:
         self._step_mode = None
         if self.guard is None:
             return
-        verdict = self._unsampled_reason(items, mode, start)
+        verdict = self._unsampled_reason(decode_only, mode, start)
         if verdict is None and not self._built and self.guard.skips(len(items), mode):
             verdict = WARM_UP  # (a long plain window's unmeasured steps: no per-request work)
         if verdict is not None and self.cycle_observer is None:
@@ -388,12 +394,11 @@ class Speculator:
             cycle = GuardCycle(start, now, len(items), mode, drafted, total, verdict, tokens)
             self.cycle_observer(cycle)
 
-    def _unsampled_reason(
-        self, items: Sequence[ScheduledRequest], mode: bool | None, start: float | None
-    ) -> str | None:
+    @staticmethod
+    def _unsampled_reason(decode_only: bool, mode: bool | None, start: float | None) -> str | None:
         """Why the guard takes no sample of the step just done (None: it does). A step whose
         proposing built an index is a sample: that is what speculating costs a new request."""
-        if not _decode_only(items):
+        if not decode_only:
             return PROMPT_CHUNK
         if mode is None:
             return NOT_CONSULTED
