@@ -9,6 +9,7 @@ import pytest
 from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.config import SpecConfig
+from gossamer.spec.speculator import Speculator
 from tests.spec.conftest import (
     FREE_VERIFICATION,
     greedy_requests,
@@ -205,3 +206,55 @@ def test_a_stop_string_inside_accepted_drafts_ends_where_plain_decoding_ends(
     speculative, generated = generate(spec, (stop,))
     assert speculative == plain
     assert generated > len(plain[0])  # the step that found the stop had accepted more tokens
+
+
+def _released_with_a_returning_id(target):
+    """(proposer releases in order as (id, tokens), each id's final tokens per request): "a" and
+    "b" run; as "a" ends, "c" joins and "a" comes back as a new request."""
+    engine = make_engine(target, SpecConfig(method="ngram", num_speculative_tokens=2))
+    speculator = engine.speculator
+    released = []
+    real = speculator.proposers["ngram"].release
+
+    def recording(request_id, token_ids, num_prompt_tokens):
+        released.append((request_id, list(token_ids)))
+        real(request_id, token_ids, num_prompt_tokens)
+
+    speculator.proposers["ngram"].release = recording
+    prompts = repetitive_prompts(3, seed=11)
+    params = {n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (3, 20)}
+    engine.add_request("a", prompts[0], params[3])
+    engine.add_request("b", prompts[1], params[20])
+    finals: dict[str, list[list[int]]] = {}
+    outputs: dict[str, list[int]] = {"a": list(prompts[0]), "b": list(prompts[1])}
+    added = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            outputs[out.request_id].extend(out.new_token_ids)
+            if out.finished:
+                finals.setdefault(out.request_id, []).append(outputs.pop(out.request_id))
+        if "a" in finals and not added:  # joins as "a" ends; then "a" again, a new request
+            engine.add_request("c", prompts[2], params[3])
+            engine.add_request("a", prompts[2][::-1], params[3])
+            outputs["c"], outputs["a"] = list(prompts[2]), list(prompts[2][::-1])
+            added.append(True)
+    engine.step()  # after the last finish: one more step's bookkeeping (no requests)
+    return released, finals
+
+
+@pytest.mark.parametrize("look_for_ended", [True, False])
+def test_every_request_is_released_once_with_its_own_tokens(target, monkeypatch, look_for_ended):
+    """The speculator lets proposers go of a request when it ends: a request that ends while
+    another joins, and an id that comes back after its request ended, are each released once,
+    with that request's own final tokens. Without the search for ended requests (which runs only
+    when the tracked outnumber the running), the returning id alone releases its predecessor."""
+    if not look_for_ended:
+        monkeypatch.setattr(Speculator, "_release_ended", lambda self, scheduler: None)
+    released, finals = _released_with_a_returning_id(target)
+    first_a = next(tokens for request_id, tokens in released if request_id == "a")
+    assert first_a == finals["a"][0]
+    if look_for_ended:
+        assert sorted(request_id for request_id, _ in released) == ["a", "a", "b", "c"]
+        assert [tokens for request_id, tokens in released if request_id == "a"] == finals["a"]
+    else:
+        assert [request_id for request_id, _ in released] == ["a"]
