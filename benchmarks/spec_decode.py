@@ -34,7 +34,12 @@ without the guard ("measured_guard": false: the cost model alone, the guard's ow
 Every method, "none" included, runs with overlapped scheduling as `gossamer serve` does by default
 (--no-async-scheduling: synchronous steps), so that speedups are against the default serving
 engine; with a speculator, plain decode steps overlap while it is idle at the batch (the column
-overlap counts the timed run's overlapped steps; Speculator.idle_for).
+overlap counts the timed run's overlapped steps; Speculator.idle_for). --runs N times N runs on
+fresh prompts (tok/s: their median); --interleave builds every method's engine first and times
+run 1 of each method, then run 2 of each, ... (on a shared machine the host's speed drifts between
+rows: none at batch 1 measured 2,594 and 3,286 tok/s in two calls of the ninth session; all the
+engines' KV caches are allocated at once); --profile prints where each row's host time went
+(cProfile, which slows the runs: time without it).
 
 verify-cost: a step of B sequences that each feed 1 + k tokens at context C, timed eagerly and by
 replaying the CUDA graph captured for that uniform (B, 1 + k) step; k = 0 is the plain decode a
