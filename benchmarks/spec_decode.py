@@ -287,11 +287,7 @@ def bench_e2e(args: argparse.Namespace) -> list[E2eRow]:
             measurement = E2eMeasurement(engine, measured, args.profile)
             for r in range(args.runs):
                 measurement.run(loaded, batch, r, args.max_tokens)
-            row = measurement.row(name, batch, baseline)
-            rows.append(row)
-            print(row.line(), flush=True)
-            if args.profile:
-                measurement.print_profile(name, batch)
+            rows.append(measurement.report(name, batch, baseline))
         del engine
         _free()
     return rows
@@ -314,11 +310,7 @@ def _interleaved_e2e(args, loaded, methods: dict[str, SpecConfig | None]) -> lis
             for measurement in measurements.values():
                 measurement.run(loaded, batch, r, args.max_tokens)
         for name, measurement in measurements.items():  # none first: method_configs' order
-            row = measurement.row(name, batch, baseline)
-            rows.append(row)
-            print(row.line(), flush=True)
-            if args.profile:
-                measurement.print_profile(name, batch)
+            rows.append(measurement.report(name, batch, baseline))
     return rows
 
 
@@ -364,6 +356,14 @@ class E2eMeasurement:
         self.runs.append(run_workload(self.engine, prompts, max_tokens))
         if self.profiler is not None:
             self.profiler.disable()
+
+    def report(self, name: str, batch: int, baseline: dict[int, float]) -> E2eRow:
+        """`row`, printed (with the host profile under --profile)."""
+        row = self.row(name, batch, baseline)
+        print(row.line(), flush=True)
+        if self.profiler is not None:
+            self.print_profile(name, batch)
+        return row
 
     def print_profile(self, name: str, batch: int, top: int = 25) -> None:
         """The host's time in the runs by function (--profile; the profiler slows the host, so
