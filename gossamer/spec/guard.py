@@ -105,7 +105,8 @@ EXPLORE_SHARE = 0.02
 SAMPLED = "sampled"
 INDEXED = "sampled, built an index"  # its extra time amortized over its requests' lives
 CAPPED = "sampled, capped"  # a stall: counted as STALL_FACTOR times its mode's recent steps
-WARM_UP = "window warm-up"  # a window's first steps, not measured
+# a window's first steps, not measured (of a long plain window: all but its tail)
+WARM_UP = "window warm-up"
 OTHER_WINDOW = "other mode's step"  # the batch changed bucket between deciding and recording
 
 
