@@ -14,10 +14,10 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   down_ahead0/2 the batch-1 MoE down GEMV without / with its scales and activation words loaded
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
-  prefetch_next  decode attention's key loop loads each tile an iteration ahead
-               (attention.PREFETCH_NEXT_KV; matters where splits hold several tiles: --context 8192)
-  prefetch_next_128  the same with at least 128 keys per split (attention.DECODE_MIN_SPLIT_KEYS,
-               default 64): fewer splits to merge, each of two or more tiles that now overlap
+  no_prefetch  decode attention's key loop without loading each tile an iteration ahead
+               (attention.PREFETCH_NEXT_KV, on by default since the ninth session)
+  split_128    at least 128 keys per split (attention.DECODE_MIN_SPLIT_KEYS, default 64): fewer
+               splits to merge, each of two or more tiles that the prefetch overlaps
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -59,8 +59,8 @@ VARIANTS = {
     "down_ahead0": {"down_ahead": 0},
     "down_ahead2": {"down_ahead": 2},
     "late_kv": {"early_kv": False},
-    "prefetch_next": {"prefetch_next": True},
-    "prefetch_next_128": {"prefetch_next": True, "min_split_keys": 128},
+    "no_prefetch": {"prefetch_next": False},
+    "split_128": {"min_split_keys": 128},
 }
 
 

@@ -3,6 +3,9 @@
 # A/B on both models at batch 1 (interleaved, tokens fed on the device), its GPU tests (kernels,
 # and the whole model's logits and 64 greedy steps with it on), the measured guard's GPU test, and
 # the untimed key-tile prefetch of decode attention (attention.PREFETCH_NEXT_KV) at 8k context.
+# NOTE: fusion_ab.py's prefetch variants were renamed when the prefetch became the default
+# (prefetch_next -> the defaults, no_prefetch; prefetch_next_128 -> split_128): to re-run this call
+# as it ran, check out the commit it names.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s9c1; mkdir -p $R

@@ -3,6 +3,9 @@
 # (1024 tokens, three timed runs each) with the measured guard, where a guarded run's time goes
 # (guard_accounting.py on the real model), the guard's and the MoE AHEAD removal's GPU tests, and
 # decode attention's key-tile prefetch at 1k context (with 64- and 128-key splits).
+# NOTE: fusion_ab.py's prefetch variants were renamed when the prefetch became the default
+# (prefetch_next -> the defaults, no_prefetch; prefetch_next_128 -> split_128): to re-run this call
+# as it ran, check out the commit it names.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s9c2; mkdir -p $R
