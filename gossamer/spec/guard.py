@@ -267,8 +267,7 @@ class MeasuredGuard:
         bucket = self._bucket(len(tokens))
         if speculated != bucket.mode:
             return OTHER_WINDOW
-        if bucket.unmeasured and not built:
-            bucket.unmeasured -= 1
+        if not built and self.skips(len(tokens), speculated):
             return WARM_UP
         bucket.unmeasured = 0  # a first step that built an index is counted, and ends the warm-up
         if built:  # what speculating costs a new request: charged when the window ends

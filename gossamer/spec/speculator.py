@@ -101,17 +101,20 @@ class GuardCycle:
     """One engine step as the measured guard saw it (`Speculator.cycle_observer`): from `start`
     (the previous after_step's start; None where unknown) to `end` (this after_step's start),
     `batch` scheduled requests, the guard's `mode` for it (None: not consulted), whether it
-    verified drafts, the tokens it emitted (in all, and per request id) and what the guard made
-    of it (`verdict`)."""
+    verified drafts, what the guard made of it (`verdict`) and the tokens each request got."""
 
     start: float | None
     end: float
     batch: int
     mode: bool | None
     drafted: bool
-    tokens: int
     verdict: str
     request_tokens: Mapping[str, int]
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the step emitted, in all."""
+        return sum(self.request_tokens.values())
 
 
 @dataclass
@@ -390,9 +393,7 @@ class Speculator:
             verdict = self.guard.record(mode, now - start, tokens, self._built)
         if self.cycle_observer is not None:
             drafted = any(item.num_draft_tokens for item in items)
-            total = sum(tokens.values())
-            cycle = GuardCycle(start, now, len(items), mode, drafted, total, verdict, tokens)
-            self.cycle_observer(cycle)
+            self.cycle_observer(GuardCycle(start, now, len(items), mode, drafted, verdict, tokens))
 
     @staticmethod
     def _unsampled_reason(decode_only: bool, mode: bool | None, start: float | None) -> str | None:
