@@ -134,7 +134,7 @@ def _paged_attention_kernel(
     q_ptr,  # [T, Hq, D]
     k_cache_ptr,  # [num_blocks, block_size, Hkv, D]
     v_cache_ptr,  # [num_blocks, block_size, Hkv, D]
-    block_tables_ptr,  # [num_seqs, max_blocks] int32
+    block_tables_ptr,  # [num_seqs, max_blocks] int32, any strides
     query_start_loc_ptr,  # [num_seqs + 1] int32
     seq_lens_ptr,  # [num_seqs] int32
     sinks_ptr,  # [Hq] fp32
@@ -162,6 +162,7 @@ def _paged_attention_kernel(
     stride_c_tok,
     stride_c_head,
     stride_bt_seq,
+    stride_bt_block,  # the runner's tables are block-major (runner/step_buffers.py)
     stride_k_new_tok,
     stride_k_new_head,
     stride_v_new_tok,
@@ -235,9 +236,9 @@ def _paged_attention_kernel(
         # NOTE: before the wait. The metadata was uploaded before the step's first kernel, and
         # this layer's cache was last written by earlier steps, except the new token's slot,
         # which this launch writes below: its row of the tile is replaced in registers then.
-        first_k, first_v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, split_begin,
-                                    split_end, offs_n, offs_d, cache_head_offset, stride_c_block,
-                                    stride_c_tok, BLOCK_SIZE)  # fmt: skip
+        first_k, first_v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, stride_bt_block,
+                                    split_begin, split_end, offs_n, offs_d, cache_head_offset,
+                                    stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
         pdl.wait(PDL)
 
     q_ptrs = (
@@ -284,18 +285,21 @@ def _paged_attention_kernel(
                                              scale_log2, DOT_PRECISION)  # fmt: skip
         loop_begin = split_begin + BLOCK_N
     if PREFETCH_NEXT:  # tile i + 1's loads are issued before tile i's math (masked past the end)
-        k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, loop_begin, split_end, offs_n,
-                        offs_d, cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
+        k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, stride_bt_block, loop_begin,
+                        split_end, offs_n, offs_d, cache_head_offset, stride_c_block, stride_c_tok,
+                        BLOCK_SIZE)  # fmt: skip
     for start_n in range(loop_begin, split_end, BLOCK_N):
         key_pos = start_n + offs_n
         key_in = key_pos < split_end
         if PREFETCH_NEXT:
-            next_k, next_v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start_n + BLOCK_N,
-                                      split_end, offs_n, offs_d, cache_head_offset, stride_c_block,
-                                      stride_c_tok, BLOCK_SIZE)  # fmt: skip
+            next_k, next_v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, stride_bt_block,
+                                      start_n + BLOCK_N, split_end, offs_n, offs_d,
+                                      cache_head_offset, stride_c_block, stride_c_tok,
+                                      BLOCK_SIZE)  # fmt: skip
         else:
-            k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start_n, split_end, offs_n,
-                            offs_d, cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE)  # fmt: skip
+            k, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, stride_bt_block, start_n,
+                            split_end, offs_n, offs_d, cache_head_offset, stride_c_block,
+                            stride_c_tok, BLOCK_SIZE)  # fmt: skip
 
         visible = key_in[None, :] & (key_pos[None, :] <= row_pos[:, None])
         key_tree_pos = key_pos
@@ -356,13 +360,15 @@ def _paged_attention_kernel(
 
 
 @triton.jit
-def _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, start, end, offs_n, offs_d,
-             cache_head_offset, stride_c_block, stride_c_tok, BLOCK_SIZE: tl.constexpr):  # fmt: skip
+def _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, stride_bt_block, start, end, offs_n,
+             offs_d, cache_head_offset, stride_c_block, stride_c_tok,
+             BLOCK_SIZE: tl.constexpr):  # fmt: skip
     """K and V [BLOCK_N, HEAD_DIM] of keys start + offs_n (zeros from `end` on), gathered through
     the sequence's block table."""
     key_pos = start + offs_n
     key_in = key_pos < end
-    block = tl.load(block_table_row + key_pos // BLOCK_SIZE, mask=key_in, other=0)
+    block_ptrs = block_table_row + (key_pos // BLOCK_SIZE) * stride_bt_block
+    block = tl.load(block_ptrs, mask=key_in, other=0)
     key_offset = (
         block.to(tl.int64) * stride_c_block + (key_pos % BLOCK_SIZE) * stride_c_tok
         + cache_head_offset
@@ -722,8 +728,6 @@ def paged_attention(
     if num_tokens == 0 or num_seqs == 0:
         return out
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    if block_table.stride(1) != 1:
-        block_table = block_table.contiguous()
 
     decode = max_query_len <= DECODE_MAX_QUERY_LEN
     if decode:
@@ -785,6 +789,7 @@ def paged_attention(
         k_cache.stride(1),
         k_cache.stride(2),
         block_table.stride(0),
+        block_table.stride(1),
         *_new_kv_strides(new_kv),
         GROUP=group_size,
         HEAD_DIM=head_dim,

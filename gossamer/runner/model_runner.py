@@ -29,7 +29,8 @@ import torch
 from gossamer.cache.block_pool import NULL_BLOCK_ID
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.ops.base import AttentionMetadata
-from gossamer.runner.host_copy import UploadFence, host_buffer, to_device
+from gossamer.runner.host_copy import UploadFence, to_device
+from gossamer.runner.step_buffers import StepBuffers
 
 DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 # Graphs of multi-token steps (speculative verification: 1 + k tokens per sequence) keep all
@@ -182,31 +183,23 @@ class ModelRunner:
     # ---- buffers -------------------------------------------------------------------------------
 
     def _allocate_buffers(self) -> None:
-        tokens, seqs, groups = self.max_tokens, self.max_num_seqs, self.num_groups
-        tables = (groups, seqs, self.max_blocks_per_seq)
-        buffer = partial(host_buffer, device=self.device)
-        # `pinned`: the host tensors (pinned on the GPU); `host`: numpy views of the same memory,
-        # which `_fill` writes. `dev`: their device twins, whose addresses the graphs hold.
-        self.pinned = {
-            "input_ids": buffer((tokens,), torch.int64),
-            "positions": buffer((tokens,), torch.int64),
-            "slot_mapping": buffer((groups, tokens), torch.int64, fill=-1),
-            "block_tables": buffer(tables, torch.int32),
-            "query_start_loc": buffer((seqs + 1,), torch.int32),
-            "seq_lens": buffer((seqs,), torch.int32),
-            "tree_mask": buffer((tokens,), torch.int64),
-        }
-        self.host = {name: tensor.numpy() for name, tensor in self.pinned.items()}
-        # NOTE: copy=True keeps them apart on the CPU too, so that CPU tests see what is uploaded
-        self.dev = {name: t.to(self.device, copy=True) for name, t in self.pinned.items()}
-        # the step's block tables packed [groups, seqs, width]: a strided host slice would be
-        # staged through pageable memory by the copy (which then waits for the stream)
-        self._packed_tables = buffer((groups * seqs * self.max_blocks_per_seq,), torch.int32)
+        # `host`: numpy views of the step's inputs, which `_fill` writes; `dev`: their device
+        # twins, whose addresses the graphs hold. Both are views of StepBuffers' one buffer,
+        # laid out per step size (`_lay_out`).
+        sizes = (self.max_tokens, self.max_num_seqs, self.num_groups, self.max_blocks_per_seq)
+        self.inputs = StepBuffers(*sizes, self.device)
+        self._lay_out(self.max_tokens, self.max_num_seqs)
         self.upload_fence = UploadFence(self.device)
         self._width = 1  # block-table columns the current step uses
         # run(device_input_ids=...): ids that `_upload` copies over the first rows, device to device
         self._device_input_ids: torch.Tensor | None = None
         self._device_input_rows: torch.Tensor | None = None  # their rows, when not the first
+
+    def _lay_out(self, num_tokens: int, num_seqs: int) -> None:
+        """Points `host` and `dev` at the views of a step of this size (a graph's: its padded
+        size), which the next fill writes and the next upload copies."""
+        self._layout = (num_tokens, num_seqs)
+        self.host, self.dev = self.inputs.views(num_tokens, num_seqs)
 
     def _fill(self, seqs: list[SeqInput]) -> tuple[int, list[int], int, int]:
         """Write the step into the host arrays, packed; returns (num_tokens, logits rows, max q,
@@ -214,6 +207,7 @@ class ModelRunner:
         self.upload_fence.wait()
         starts, seq_lens = self.host["query_start_loc"], self.host["seq_lens"]
         cursor, rows, max_query, max_seq = 0, [], 0, 0
+        starts[0] = 0
         self._width = 1
         for i, seq in enumerate(seqs):
             n, end = len(seq.token_ids), seq.start + len(seq.token_ids)
@@ -253,19 +247,10 @@ class ModelRunner:
             host["block_tables"][g, i, : len(table)] = table
             self._width = max(self._width, len(table))
 
-    def _upload(self, num_tokens: int, num_seqs: int, tree: bool = False) -> None:
-        """The step's host arrays to the device (`tree`: the tree masks too), queued without
-        waiting for the stream on the GPU; then the fence that the next fill waits for."""
-        dev, pinned = self.dev, self.pinned
-        names = ("input_ids", "positions", "tree_mask") if tree else ("input_ids", "positions")
-        for name in names:
-            dev[name][:num_tokens].copy_(pinned[name][:num_tokens], non_blocking=True)
-        for g in range(self.num_groups):  # a contiguous row per group (see _packed_tables)
-            source = pinned["slot_mapping"][g, :num_tokens]
-            dev["slot_mapping"][g, :num_tokens].copy_(source, non_blocking=True)
-        self._upload_block_tables(num_seqs)
-        for name, length in (("query_start_loc", num_seqs + 1), ("seq_lens", num_seqs)):
-            dev[name][:length].copy_(pinned[name][:length], non_blocking=True)
+    def _upload(self) -> None:
+        """The step's inputs to the device in one copy (StepBuffers), queued without waiting for
+        the stream on the GPU; then the fence that the next fill waits for."""
+        self.inputs.upload(*self._layout, self._width)
         self.upload_fence.record()
         ids, self._device_input_ids = self._device_input_ids, None  # used by one upload only
         rows, self._device_input_rows = self._device_input_rows, None
@@ -273,16 +258,6 @@ class ModelRunner:
             self.dev["input_ids"].index_copy_(0, rows[: ids.numel()], ids)
         elif ids is not None:
             self.dev["input_ids"][: ids.numel()].copy_(ids)
-
-    def _upload_block_tables(self, num_seqs: int) -> None:
-        """The first `num_seqs` block tables, `self._width` columns, through `_packed_tables`."""
-        shape = (self.num_groups, num_seqs, self._width)
-        count = self.num_groups * num_seqs * self._width
-        packed = self._packed_tables[:count].view(shape)
-        packed.numpy()[...] = self.host["block_tables"][:, :num_seqs, : self._width]
-        # NOTE: the device slice is strided: the copy lands in a device temporary first, then a
-        # device-to-device copy; neither waits for the stream.
-        self.dev["block_tables"][:, :num_seqs, : self._width].copy_(packed, non_blocking=True)
 
     def _metadata(
         self, num_tokens: int, num_seqs: int, max_query: int, max_seq: int, host_lens: bool
@@ -329,6 +304,7 @@ class ModelRunner:
         self.step_modes[mode] += 1
         if key is not None and key[1] == self.tree_query_len:
             return self._replay_tree(key, seqs)
+        self._lay_out(*((key[0] * key[1], key[0]) if key is not None else (num_tokens, len(seqs))))
         _, rows, max_query, max_seq = self._fill(seqs)
         if key is not None:
             return self._replay(key, len(seqs))
@@ -343,6 +319,7 @@ class ModelRunner:
     def dry_run(self, seqs: list[SeqInput]) -> None:
         """An eager step that stores no KV (every slot -1) and keeps nothing: the start-up warm-up
         (runner/warmup.py) runs its kernels, with the launch shapes of `seqs`, to compile them."""
+        self._lay_out(sum(len(seq.token_ids) for seq in seqs), len(seqs))
         num_tokens, rows, max_query, max_seq = self._fill(seqs)
         self.host["slot_mapping"][:, :num_tokens] = -1
         self._run_eager(seqs, num_tokens, rows, max_query, max_seq)
@@ -353,7 +330,7 @@ class ModelRunner:
         """After `_fill` (its results are the arguments): the step, eagerly -> (logits of `rows`,
         the extras of `_forward`)."""
         tree = self._fill_tree(seqs)
-        self._upload(num_tokens, len(seqs), tree)
+        self._upload()
         metadata = self._metadata(num_tokens, len(seqs), max_query, max_seq, host_lens=True)
         if tree:
             self._add_tree_mask(metadata, num_tokens)
@@ -406,9 +383,10 @@ class ModelRunner:
         self.upload_fence.wait()  # a no-op after `_fill`; graph capture starts a step here
         width = -(-q // self.block_size)
         self._width = max(self._width, width)
+        host = self.host
+        host["query_start_loc"][0] = 0  # (a capture fills nothing else)
         if num_seqs == graph_size:
             return  # the graph's own batch: nothing to pad
-        host = self.host
         first, end = num_seqs * q, graph_size * q
         host["input_ids"][first:end] = 0
         host["positions"][first:end] = np.tile(np.arange(q), graph_size - num_seqs)
@@ -423,16 +401,20 @@ class ModelRunner:
     def _replay(self, key: tuple[int, int], num_seqs: int) -> torch.Tensor:
         size, q = key
         self._pad(num_seqs, size, q)
-        self._upload(size * q, size)
+        self._upload()
         self.graphs[key].replay()
         num_tokens = num_seqs * q  # the rows of padding sequences are left out
         self.last_extras = tuple(extra[:num_tokens] for extra in self.graph_extras.get(key, ()))
         return self.graph_logits[key][:num_tokens]
 
-    def _fill_tree_graph(self, seqs: list[SeqInput], q: int) -> tuple[list[int], list[int]]:
-        """Sequence i at graph tokens i*q .. (i+1)*q, padded at its end (module doc); returns the
-        graph rows of the wanted logits and of the fed tokens, in sequence order."""
+    def _fill_tree_graph(
+        self, seqs: list[SeqInput], size: int, q: int
+    ) -> tuple[list[int], list[int]]:
+        """Sequence i at graph tokens i*q .. (i+1)*q of a graph of `size` sequences, padded at its
+        end (module doc); returns the graph rows of the wanted logits and of the fed tokens, in
+        sequence order."""
         self.upload_fence.wait()
+        self._lay_out(size * q, size)
         host = self.host
         self._width = 1
         logit_rows, token_rows = [], []
@@ -472,11 +454,11 @@ class ModelRunner:
         """Replay the tree graph `key` for `seqs` (each at most key[1] tokens): the wanted
         logits, and the extras of the fed tokens, in sequence order as an eager step gives them."""
         size, q = key
-        logit_rows, token_rows = self._fill_tree_graph(seqs, q)
+        logit_rows, token_rows = self._fill_tree_graph(seqs, size, q)
         self._pad(len(seqs), size, q)
         tokens = to_device(token_rows, self.device)
         self._device_input_rows = tokens
-        self._upload(size * q, size, tree=True)
+        self._upload()
         self.graphs[key].replay()
         self.last_extras = tuple(extra[tokens] for extra in self.graph_extras.get(key, ()))
         return self.graph_logits[key][to_device(logit_rows, self.device)]
@@ -496,8 +478,9 @@ class ModelRunner:
         for size, q in sorted(keys, key=lambda key: key[0] * key[1], reverse=True):
             num_tokens, tree = size * q, q == self.tree_query_len
             self._width = 1
+            self._lay_out(num_tokens, size)
             self._pad(0, size, q)
-            self._upload(num_tokens, size, tree)
+            self._upload()
             # NOTE: attention sizes its split-K grid from max_seq_len; the context bound keeps one
             # graph valid for every context length.
             metadata = self._metadata(num_tokens, size, q, self.model.max_model_len, False)

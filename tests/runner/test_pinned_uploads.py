@@ -50,7 +50,7 @@ class CheckingEvent:
         self.records = self.waits = 0
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {**self.runner.host, "packed_tables": self.runner._packed_tables.numpy()}
+        return {"step inputs": self.runner.inputs.host_bytes.numpy()}
 
     def record(self) -> None:
         self.check()
@@ -140,17 +140,25 @@ def test_eager_tree_and_dry_run_steps_are_guarded_too(model):
     assert event.records == 4 and event.waits == 3
 
 
-def test_upload_copies_every_input_of_the_step(model):
-    """Different table lengths per sequence and two cache groups: the strided slices that go
-    through the packed staging buffer land where the kernels read them."""
+def test_upload_copies_every_input_of_the_step_in_one_prefix(model):
+    """Different table lengths per sequence and two cache groups: one copy of the step buffer's
+    prefix lands every input where the kernels read it, and nothing past the prefix moves."""
     runner = make_runner(model)
     seqs = [
         SeqInput([1, 2, 3], 0, ([5], [6])),
         SeqInput([4], 9, ([7, 8, 9], [10, 11, 12])),
         SeqInput([5, 6], 2, ([13], [14])),
     ]
+    runner._lay_out(6, 3)
     num_tokens, _, _, _ = runner._fill(seqs)
-    runner._upload(num_tokens, len(seqs))
+    runner.inputs.dev_bytes.fill_(0x5A)
+    runner._upload()
+    # int64 ids, positions, masks and 2 slot rows of 6 tokens; int32 4 + 3 lengths (each field
+    # padded to 16 bytes); 3 columns of 2 tables of 3 sequences padded to 16
+    prefix = 8 * 5 * 6 + 16 + 16 + 4 * 3 * 2 * 16
+    host_bytes, dev_bytes = runner.inputs.host_bytes, runner.inputs.dev_bytes
+    assert torch.equal(dev_bytes[:prefix], host_bytes[:prefix])
+    assert (dev_bytes[prefix:] == 0x5A).all()
     host, dev = runner.host, runner.dev
     for name in ("input_ids", "positions"):
         assert dev[name][:num_tokens].tolist() == host[name][:num_tokens].tolist()

@@ -116,7 +116,7 @@ def test_tree_padding_in_the_host_buffers(runners):
         SeqInput([6], 9, ([5, 6, 2],), 1),
     ]
     graphed.num_groups = 1  # one table per sequence in this check
-    logit_rows, token_rows = graphed._fill_tree_graph(seqs, Q)
+    logit_rows, token_rows = graphed._fill_tree_graph(seqs, 4, Q)
     graphed._pad(2, 4, Q)
     host = graphed.host
     assert token_rows == [0, 1, 2, Q] and logit_rows == [0, 1, 2, Q]
