@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 10, call 1 (commit: the one that adds this file; .base is 61a572f, the session's start):
+# (.base holds no mini checkpoint: both trees load .clean's.)
 # one upload per step (runner/step_buffers.py) against seven-eight copies. Plain decoding on mini
 # (host bound at batch 8) and 120b batch-1 fed steps (must not get slower: the attention kernel
 # now reads block tables through a block stride), alternating the two trees; then the GPU tests
@@ -9,7 +10,7 @@ export PYTHONUNBUFFERED=1
 R=/tmp/s10c1; mkdir -p $R
 step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s10c1; return $rc; }
 NEW=$PWD; BASE=$PWD/../.base
-E2E="benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none --batch-sizes 1,8 --max-tokens 512 --runs 3"
+E2E="benchmarks/spec_decode.py e2e --model $NEW/gossamer/models/gpt-oss-mini --methods none --batch-sizes 1,8 --max-tokens 512 --runs 3"
 DEC="benchmarks/decode_speed.py --models gpt-oss-120b --contexts 1024 --batch-sizes 1 --steps 256"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $R/gpu.txt
 for round in 1 2; do
