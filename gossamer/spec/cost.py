@@ -375,7 +375,9 @@ class DraftLengthChooser:
 
     def record_step_time(self, batch: int, num_drafts: int, seconds: float) -> None:
         """A decode-only step of `batch` requests and `num_drafts` drafts took `seconds`."""
-        self.step_time.record(seconds, self.cost(batch, num_drafts / batch))
+        # (a plain step costs one plain step: no table lookup on the steps of an idle batch)
+        cost = self.cost(batch, num_drafts / batch) if num_drafts else 1.0
+        self.step_time.record(seconds, cost)
 
     def record_proposer_time(self, method: str, seconds: float, num_requests: int, step: int):
         self.proposer_time.record(method, seconds, num_requests, step)

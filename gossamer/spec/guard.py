@@ -247,6 +247,9 @@ class MeasuredGuard:
         # the stall cap's reference spans about one exploration window
         self.alpha = 2 / (explore_steps + 1)
         self.buckets: dict[int, Bucket] = {}
+        # batch size -> its bucket, once looked up (buckets are never replaced): the speculator
+        # asks for a batch's bucket a few times per step
+        self._of_batch: dict[int, Bucket] = {}
         self._stats: dict[str, float] = {}  # refreshed when a window ends
 
     def allows(self, batch: int) -> bool:
@@ -285,7 +288,7 @@ class MeasuredGuard:
         """Whether a step of `batch` decodes run in mode `speculated` (and building no index) is
         one its window leaves unmeasured; if so it is counted as such, as `record` would count
         it, without the step's time and tokens (which the caller then need not gather)."""
-        bucket = self.buckets.get(bucket_of(batch))
+        bucket = self._of_batch.get(batch) or self.buckets.get(bucket_of(batch))
         if bucket is None or speculated != bucket.mode or not bucket.unmeasured:
             return False
         bucket.unmeasured -= 1
@@ -302,11 +305,15 @@ class MeasuredGuard:
         return seconds, SAMPLED
 
     def _bucket(self, batch: int) -> Bucket:
-        key = bucket_of(batch)
-        if key not in self.buckets:  # a short first window of the cost model's choice
-            self.buckets[key] = Bucket(left=self.explore_steps)
-            self._stats = {}
-        return self.buckets[key]
+        bucket = self._of_batch.get(batch)
+        if bucket is None:
+            key = bucket_of(batch)
+            bucket = self.buckets.get(key)
+            if bucket is None:  # a short first window of the cost model's choice
+                bucket = self.buckets[key] = Bucket(left=self.explore_steps)
+                self._stats = {}
+            self._of_batch[batch] = bucket
+        return bucket
 
     def _next_window(self, bucket: Bucket) -> None:
         horizon = self.explore_every * AMORTIZE_HORIZON

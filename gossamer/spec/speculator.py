@@ -64,9 +64,10 @@ the padded step would not fit the token budget.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -163,6 +164,9 @@ class Speculator:
         # batch size -> (step, whether some k could pay there): the cost model's idle verdict
         self._pays_at: dict[int, tuple[int, bool]] = {}
         self._ran_ahead = False  # the last after_step had the next step in flight
+        self._stats: dict[str, float] | None = None  # the last `stats` (None: make all again)
+        self._propose_time_names = {m: f"{m}_propose_us_per_request" for m in proposers}
+        self._guard_stats: dict[str, float] | None = None  # the guard's, as in `_stats`
         self.guard = None
         # called with a GuardCycle after every step while the guard runs (diagnostics:
         # benchmarks/guard_accounting.py)
@@ -188,6 +192,7 @@ class Speculator:
         explicit cost_table (it wins) or without CUDA graphs (the built-in table stays)."""
         if self.chooser is None:
             return
+        self._stats = None
         start = time.perf_counter()
         table = calibrated_cost_table(self.config, runner, num_blocks, timer)
         if table is not None:
@@ -204,6 +209,7 @@ class Speculator:
         rows: Sequence[SamplingRow],
         shared_generator: torch.Generator,
     ) -> tuple[list[list[int]], list[list[TokenLogprobs | None]]]:
+        self._stats = None
         drafts, draft_probs, parents, kept_rows = [], [], [], []
         offset = 0
         for item in items:
@@ -265,6 +271,7 @@ class Speculator:
     def record_step_shape(self, seqs: Sequence[SeqInput]) -> None:
         """Count a verification step as uniform (a CUDA graph can replay it), ragged (decodes
         only, draft lengths differ), mixed with a prompt chunk (never a graph) or a tree step."""
+        self._stats = None
         if any(seq.tree_mask is not None for seq in seqs):
             self.metrics.num_tree_verify_steps += 1
         elif uniform_query_len(list(seqs)) is not None:
@@ -304,19 +311,29 @@ class Speculator:
     ) -> None:
         """`next_in_flight`: the engine launched the next step before this one's tokens reached
         the host (overlapped scheduling, while `may_run_ahead`). That step runs plain; drafts
-        proposed now would not include this step's token, so none are."""
+        proposed now would not include this step's token, so none are.
+
+        Such a step, with no drafts pending and no proposer observing steps, is an idle one: its
+        bookkeeping loops over the requests only where the guard measures it or a request is
+        new or ended, and `stats` then writes again only what an idle step changes."""
         now = self.clock()
+        if not (next_in_flight and self._only_bookkeeping()):
+            self._stats = None  # (anything may have changed: stats() makes them all again)
         self._end_overlap(next_in_flight)
-        decode_only = _decode_only(scheduled.scheduled_requests)  # (once: every step pays it)
+        # NOTE: a step applied while the next one runs was itself launched ahead, and the engine
+        # launches only plain decode steps ahead (gossamer/engine/overlap.py): decode-only
+        decode_only = next_in_flight or _decode_only(scheduled.scheduled_requests)
         self._record_step_time(scheduled, decode_only, now)
         self._record_cycle(scheduled, sampled, decode_only, now)
-        self._cycle_start, self._built = now, {}
+        self._cycle_start = now
+        if self._built:  # (only a proposing step builds: idle steps allocate no new dict)
+            self._built = {}
         self._step += 1
         if self._pending:  # (drafts were verified in this step)
             self._record(scheduled, sampled)
         if len(self._tracked) > scheduler.num_running:  # (else none of them can have ended)
             self._release_ended(scheduler)
-        live = self._track(scheduler, scheduled)
+        live = self._track(scheduler, scheduled, sampled)
         if self._tree_paths:
             paths = {request_id: path for request_id, (_, path) in self._tree_paths.items()}
             self._tree_paths = {}
@@ -330,11 +347,20 @@ class Speculator:
             self._propose(scheduler, row_for)
         self._step_done = self.clock()
 
-    def _track(self, scheduler: Scheduler, scheduled: SchedulerOutput) -> dict[str, list[int]]:
+    def _only_bookkeeping(self) -> bool:
+        """Whether a step applied while the next one runs leaves the speculator nothing but its
+        bookkeeping: no drafts were pending, no tree path is to pass on, no proposer observes."""
+        return not (self._pending or self._tree_paths or self._observers)
+
+    def _track(
+        self, scheduler: Scheduler, scheduled: SchedulerOutput, sampled: Mapping[str, object]
+    ) -> dict[str, list[int]]:
         """Tracks the step's requests (proposers may hold state for them until they end);
         returns each live one's tokens where some proposer observes steps (else {})."""
-        live = {}
         observed = bool(self._observers)
+        if not observed and self._tracks_all(scheduler, scheduled, sampled):
+            return {}  # (the common case: nothing new)
+        live = {}
         for item in scheduled.scheduled_requests:
             request_id = item.request_id
             request = scheduler.get_request(request_id)
@@ -348,6 +374,19 @@ class Speculator:
             if observed:
                 live[request_id] = request.all_token_ids
         return live
+
+    def _tracks_all(
+        self, scheduler: Scheduler, scheduled: SchedulerOutput, sampled: Mapping[str, object]
+    ) -> bool:
+        """Whether each request of the step is tracked as the very request the scheduler holds
+        under its id (or neither holds it): then `_track` has nothing to do. Compared without a
+        Python loop, over `sampled`'s ids where every request of the step sampled."""
+        ids: Iterable[str] = sampled
+        if len(sampled) != len(scheduled.scheduled_requests):
+            ids = [item.request_id for item in scheduled.scheduled_requests]
+        tracked = map(self._tracked.get, ids)
+        held = map(scheduler.requests.get, ids)
+        return all(map(operator.is_, tracked, held))
 
     def _end_overlap(self, next_in_flight: bool) -> None:
         """The step that ends an overlap was launched before the previous after_step: the time
@@ -739,18 +778,46 @@ class Speculator:
 
     def stats(self) -> dict[str, float]:
         """The counters, and with the cost model the times it converts host time with: the
-        plain step and each method's proposing per request (microseconds, 0 while unknown)."""
+        plain step and each method's proposing per request (microseconds, 0 while unknown).
+
+        NOTE: the engine reads them after every step. After an idle step (after_step) only what
+        such a step changes is written again (the counters of idle steps, the times, the guard's
+        stats), into a copy of the last ones: a dict handed out never changes, so a reader holds a
+        snapshot. After any other step, `sample` or `calibrate` they are all made again."""
+        if self._stats is None:
+            stats = self._all_stats()
+        else:
+            stats = self._stats.copy()
+            metrics = self.metrics  # (what _count_overlapped_step counts)
+            stats["num_idle_overlapped_steps"] = metrics.num_idle_overlapped_steps
+            stats["num_disabled_steps"] = metrics.num_disabled_steps
+            stats["num_guard_off_steps"] = metrics.num_guard_off_steps
+            stats["num_cost_off_steps"] = metrics.num_cost_off_steps
+            self._add_times(stats)
+        guard_stats = self.guard.stats() if self.guard is not None else None
+        if guard_stats is not self._guard_stats:  # (the guard made them again)
+            stats |= guard_stats
+            self._guard_stats = guard_stats
+        self._stats = stats
+        return stats
+
+    def _all_stats(self) -> dict[str, float]:
+        """`stats`, all made again."""
         stats = self.metrics.as_dict()
+        self._add_times(stats)
+        if self.guard is not None:
+            stats |= self.guard.stats()
+        return stats
+
+    def _add_times(self, stats: dict[str, float]) -> None:
+        """The cost model's times (they change every step)."""
         if self.chooser is not None:
             num_decodes = max(len(self._tracked), 1)
             plain = self.chooser.plain_step_seconds(num_decodes) or 0.0
             stats["cost_plain_step_us"] = 1e6 * plain
-            for method in self.proposers:
+            for method, name in self._propose_time_names.items():
                 per_request = self.chooser.proposer_time.per_request(method, self._step)
-                stats[f"{method}_propose_us_per_request"] = 1e6 * per_request
-        if self.guard is not None:
-            stats |= self.guard.stats()
-        return stats
+                stats[name] = 1e6 * per_request
 
 
 def _observes(proposer: Proposer) -> bool:

@@ -178,13 +178,10 @@ def test_eagle3_never_runs_ahead(target3, tmp_path):
     assert engine.stats.spec_stats["num_disabled_steps"] > 0
 
 
-def test_the_guard_measures_overlapped_plain_steps_and_still_explores(target, target_path):
-    """The measured guard keeps a bucket plain where speculation is slower (a fake clock: a
-    plain step 1 s, a verification step 5.65 s for 5 tokens). Its plain windows then run
-    overlapped, count as its plain samples (2 tokens per second), and its speculation windows
-    still come."""
-    every, window = 12, 3
-    spec = SpecConfig(
+def guarded_self_drafting(target_path, explore_every: int, explore_steps: int) -> SpecConfig:
+    """auto with the target drafting for itself (every draft accepted) and verification free to
+    the cost model: only the measured guard can keep a bucket plain."""
+    return SpecConfig(
         method="auto",
         model=str(target_path),
         methods=("draft",),
@@ -192,9 +189,18 @@ def test_the_guard_measures_overlapped_plain_steps_and_still_explores(target, ta
         cost_table={"1": [1.0, 1.0]},
         charge_proposer_time=False,
         measured_guard=True,
-        explore_every=every,
-        explore_steps=window,
+        explore_every=explore_every,
+        explore_steps=explore_steps,
     )
+
+
+def test_the_guard_measures_overlapped_plain_steps_and_still_explores(target, target_path):
+    """The measured guard keeps a bucket plain where speculation is slower (a fake clock: a
+    plain step 1 s, a verification step 5.65 s for 5 tokens). Its plain windows then run
+    overlapped, count as its plain samples (2 tokens per second), and its speculation windows
+    still come."""
+    every, window = 12, 3
+    spec = guarded_self_drafting(target_path, every, window)
     engine = make_engine(target, spec, async_scheduling=True)
     clock = FakeClock()
     engine.speculator.clock = clock
