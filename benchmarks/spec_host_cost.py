@@ -2,6 +2,8 @@
 
     python benchmarks/spec_host_cost.py                          # batch 1 and 8, none/ngram/suffix/auto
     python benchmarks/spec_host_cost.py --methods auto --batch-sizes 8 --profile 25
+    python benchmarks/spec_host_cost.py --methods none,auto --batch-sizes 8 \
+        --verify-device-scale 3 --profile 25 --profile-idle     # plain steps the guard keeps
     python benchmarks/spec_host_cost.py --model gossamer/models/gpt-oss-mini --repeats 1 \
         --breakdown                                              # the real model (GPU: see below)
 
@@ -30,6 +32,13 @@ machine does not inflate them; the best of `--repeats` runs by mean host time is
 breakdown wraps each part (about a microsecond per call on top). NOTE: on the CPU the
 verification's argmax over the logits (here 1000 tokens a row) is host work; on the GPU it is a
 kernel.
+
+Plain steps of an engine with a speculator (what auto's measured guard keeps at batch 8 on mini):
+auto's guard, on the wall clock of this machine, keeps batch 8 plain for most of a run but not
+always (the VM's speed drifts). `--verify-device-scale 3` makes verification steps sleep 3x longer,
+so the guard keeps plain decoding throughout but for its short explorations; then `plain_ms` of
+auto against `host_ms` of none is the host cost of having a speculator, and `--profile N
+--profile-idle` profiles only the steps that apply a step launched ahead (idle plain decoding).
 
 `--model PATH`: the same measurement with a real model and spec_decode.py e2e's workload (its chat
 prompts, rendered with Harmony when the checkpoint has a tokenizer, and its engine settings). On
@@ -76,19 +85,28 @@ PROMPT_KEY = 64  # leading tokens that tell the texts apart
 
 
 class DeviceTime:
-    """What a (batch, 1 + k) step would take on the GPU, in seconds (0 for prompt chunks)."""
+    """What a (batch, 1 + k) step would take on the GPU, in seconds (0 for prompt chunks);
+    `verify_scale` times that for steps that verify drafts (k > 0)."""
 
-    def __init__(self, table: dict[int, dict[int, float]], scale: float, max_query: int) -> None:
+    def __init__(
+        self,
+        table: dict[int, dict[int, float]],
+        scale: float,
+        max_query: int,
+        verify_scale: float = 1.0,
+    ) -> None:
         self.cost = StepCost([(batch, sorted(points.items())) for batch, points in table.items()])
         self.plain = sorted((batch, points[0]) for batch, points in table.items())
         self.scale = scale
         self.max_query = max_query
+        self.verify_scale = verify_scale
 
     def seconds(self, batch: int, query_len: int) -> float:
         if not self.scale or query_len > self.max_query:
             return 0.0
         below = [ms for b, ms in self.plain if b <= batch] or [self.plain[0][1]]
-        return self.scale * below[-1] * self.cost(batch, query_len - 1) / 1e3
+        scale = self.scale * (self.verify_scale if query_len > 1 else 1.0)
+        return scale * below[-1] * self.cost(batch, query_len - 1) / 1e3
 
 
 class OracleModel:
@@ -230,7 +248,9 @@ class Timers:
 
 def oracle_engine(args, spec: SpecConfig | None, batch: int):
     """(engine, the oracle model, prompts(seed)): prompts() also hands the model their texts."""
-    device_time = DeviceTime(MINI_STEP_MS, args.device_ms_scale, max_query=1 + 2 * args.k)
+    device_time = DeviceTime(
+        MINI_STEP_MS, args.device_ms_scale, 1 + 2 * args.k, args.verify_device_scale
+    )
     model = OracleModel(args.vocab, args.max_model_len, device_time)
     model.clock = CLOCKS[args.clock]
     engine = build_engine(args, spec, model, batch)
@@ -418,12 +438,14 @@ def run_batch(engine: EngineCore, forward, prompts, args, row: Row | None, timer
         prompt_before = engine.stats.prompt_tokens
         drafts_before = engine.stats.spec_stats.get("num_drafts", 0)
         forward_before = forward.seconds
-        if profiler is not None:
+        # --profile-idle: only steps that apply a step launched ahead (overlapped plain decoding)
+        profiled = profiler is not None and (not args.profile_idle or engine._in_flight is not None)
+        if profiled:
             profiler.enable()
         start = clock()
         outputs = engine.step()
         seconds = clock() - start
-        if profiler is not None:
+        if profiled:
             profiler.disable()
         parts = timers.take() if timers is not None else {}
         if row is None or engine.stats.prompt_tokens != prompt_before:
@@ -503,6 +525,13 @@ def main() -> None:
         default=1.0,
         help="sleep this times mini's H200 step time per forward (0: none)",
     )
+    parser.add_argument(
+        "--verify-device-scale",
+        type=float,
+        default=1.0,
+        help="steps that verify drafts sleep this much longer (e.g. 3: auto's guard surely keeps "
+        "plain decoding, whose host cost per step is then what is measured)",
+    )
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
         "--model",
@@ -516,13 +545,19 @@ def main() -> None:
         "--breakdown", action="store_true", help="time the step's parts (adds a little to each)"
     )
     parser.add_argument("--profile", type=int, default=0, help="cProfile's top N (one run each)")
+    parser.add_argument(
+        "--profile-idle",
+        action="store_true",
+        help="profile only the steps that apply a step launched ahead (idle plain decoding)",
+    )
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny CPU tensors: keep them off torch's thread pool
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, "
         f"{platform.processor() or platform.machine()}; async scheduling "
-        f"{'on' if args.async_scheduling else 'off'}, device wait x{args.device_ms_scale}"
+        f"{'on' if args.async_scheduling else 'off'}, device wait x{args.device_ms_scale} "
+        f"(verification steps x{args.device_ms_scale * args.verify_device_scale})"
     )
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
