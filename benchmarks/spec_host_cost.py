@@ -2,8 +2,8 @@
 
     python benchmarks/spec_host_cost.py                          # batch 1 and 8, none/ngram/suffix/auto
     python benchmarks/spec_host_cost.py --methods auto --batch-sizes 8 --profile 25
-    python benchmarks/spec_host_cost.py --methods none,auto --batch-sizes 8 \
-        --verify-device-scale 3 --profile 25 --profile-idle     # plain steps the guard keeps
+    python benchmarks/spec_host_cost.py --methods none,auto --batch-sizes 8 --interleave \
+        --verify-device-scale 3 [--profile 25 --profile-idle]   # plain steps the guard keeps
     python benchmarks/spec_host_cost.py --model gossamer/models/gpt-oss-mini --repeats 1 \
         --breakdown                                              # the real model (GPU: see below)
 
@@ -39,6 +39,8 @@ always (the VM's speed drifts). `--verify-device-scale 3` makes verification ste
 so the guard keeps plain decoding throughout but for its short explorations; then `plain_ms` of
 auto against `host_ms` of none is the host cost of having a speculator, and `--profile N
 --profile-idle` profiles only the steps that apply a step launched ahead (idle plain decoding).
+`--interleave` runs the methods' engines side by side, a step each in turn, so that the machine's
+drift hits them alike (one after the other, none and auto of one run differed by up to 1.5x here).
 
 `--model PATH`: the same measurement with a real model and spec_decode.py e2e's workload (its chat
 prompts, rendered with Harmony when the checkpoint has a tokenizer, and its engine settings). On
@@ -425,7 +427,13 @@ class ModelForward:
 
 def run_batch(engine: EngineCore, forward, prompts, args, row: Row | None, timers=None):
     """Decode `prompts` to the end; with `row`, record each decode step. `forward`: what to
-    subtract (an OracleModel, a ModelForward), its `seconds` and `clock`."""
+    subtract (an OracleModel, a ModelForward), its `seconds` and `clock`. Returns the profiler
+    (--profile) or None."""
+    return _drain(batch_steps(engine, forward, prompts, args, row, timers))
+
+
+def batch_steps(engine: EngineCore, forward, prompts, args, row: Row | None, timers=None):
+    """`run_batch` one engine step at a time: each `next` runs one (--interleave takes turns)."""
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     for index, prompt in enumerate(prompts):
         engine.add_request(f"r{time.monotonic_ns()}-{index}", prompt, params)
@@ -435,6 +443,7 @@ def run_batch(engine: EngineCore, forward, prompts, args, row: Row | None, timer
     # wall clock (the cpu clock costs a system call per event): time.sleep is the "device"
     profiler = cProfile.Profile() if row is not None and args.profile else None
     while engine.has_unfinished_requests():
+        yield
         prompt_before = engine.stats.prompt_tokens
         drafts_before = engine.stats.spec_stats.get("num_drafts", 0)
         forward_before = forward.seconds
@@ -468,22 +477,53 @@ def run_batch(engine: EngineCore, forward, prompts, args, row: Row | None, timer
     return profiler
 
 
-def measure(args, name: str, spec: SpecConfig | None, batch: int) -> tuple[Row, object]:
-    """One engine: a warm-up batch, then the timed one (other prompts)."""
-    if args.model:
-        engine, forward, prompts = real_model_engine(args, spec, batch)
-    else:
-        engine, forward, prompts = oracle_engine(args, spec, batch)
-    run_batch(engine, forward, prompts(1000 + batch), args, None)
-    timers = instrument(engine, forward.clock) if args.breakdown and not args.profile else None
-    before = dict(engine.stats.spec_stats)
-    row = Row(name, batch)
-    profiler = run_batch(engine, forward, prompts(batch), args, row, timers)
-    after = engine.stats.spec_stats
-    row.spec_stats = {
-        key: after[key] - before.get(key, 0) for key in after if key.startswith("num_")
-    }
-    return row, profiler
+def _drain(steps):
+    """Runs a generator to its end; returns what it returned."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as stop:
+        return stop.value
+
+
+def measure(
+    args, methods: list[tuple[str, SpecConfig | None]], batch: int
+) -> list[tuple[Row, object]]:
+    """One engine per method: a warm-up batch, then the timed one (other prompts). Several
+    engines (--interleave) decode their timed batches a step each in turn, so that the drift of
+    a shared machine's speed hits them alike."""
+    timed = []
+    for name, spec in methods:
+        if args.model:
+            engine, forward, prompts = real_model_engine(args, spec, batch)
+        else:
+            engine, forward, prompts = oracle_engine(args, spec, batch)
+        run_batch(engine, forward, prompts(1000 + batch), args, None)
+        timers = instrument(engine, forward.clock) if args.breakdown and not args.profile else None
+        row = Row(name, batch)
+        steps = batch_steps(engine, forward, prompts(batch), args, row, timers)
+        timed.append((engine, row, dict(engine.stats.spec_stats), steps))
+    profilers = _take_turns([steps for *_, steps in timed])
+    for engine, row, before, _ in timed:
+        after = engine.stats.spec_stats
+        row.spec_stats = {
+            key: after[key] - before.get(key, 0) for key in after if key.startswith("num_")
+        }
+    return [(row, profiler) for (_, row, _, _), profiler in zip(timed, profilers, strict=True)]
+
+
+def _take_turns(runs: list) -> list[object]:
+    """Steps the generators in turn until all end; returns what each returned."""
+    results: list[object] = [None] * len(runs)
+    active = dict(enumerate(runs))
+    while active:
+        for index, steps in list(active.items()):
+            try:
+                next(steps)
+            except StopIteration as stop:
+                results[index] = stop.value
+                del active[index]
+    return results
 
 
 def method_configs(args) -> dict[str, SpecConfig | None]:
@@ -550,8 +590,20 @@ def main() -> None:
         action="store_true",
         help="profile only the steps that apply a step launched ahead (idle plain decoding)",
     )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="the methods' engines of a batch size decode a step each in turn (a drifting "
+        "machine's speed then hits them alike); their guards' wall clocks include the others' "
+        "steps, so with auto add --verify-device-scale 3 (the oracle only, or on the GPU)",
+    )
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args()
+    if args.interleave and args.model and not torch.cuda.is_available():
+        parser.error(
+            "--interleave with --model needs the GPU (on the CPU the engines share one "
+            "forward meter)"
+        )
     torch.set_num_threads(1)  # tiny CPU tensors: keep them off torch's thread pool
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, "
@@ -560,22 +612,30 @@ def main() -> None:
         f"(verification steps x{args.device_ms_scale * args.verify_device_scale})"
     )
     rows = []
+    configs = list(method_configs(args).items())
+    groups = [configs] if args.interleave else [[config] for config in configs]
+    repeats = 1 if args.profile else args.repeats
     for batch in (int(b) for b in args.batch_sizes.split(",")):
-        for name, spec in method_configs(args).items():
-            repeats = 1 if args.profile else args.repeats
-            results = []
+        for group in groups:
+            results = defaultdict(list)
             for _ in range(repeats):
-                results.append(measure(args, name, spec, batch))
+                for result in measure(args, group, batch):
+                    results[result[0].method].append(result)
                 _free_device_memory()
-            row, profiler = min(results, key=lambda result: result[0].mean_host_ms)
-            rows.append(row)
-            print(HEADER)
-            print(row.line())
-            _print_parts(row)
-            if profiler is not None:
-                pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+            for name, _ in group:
+                row, profiler = min(results[name], key=lambda result: result[0].mean_host_ms)
+                rows.append(row)
+                _print_row(row, profiler, args.profile)
     if args.json:
         _write_json(args, rows)
+
+
+def _print_row(row: Row, profiler, top: int) -> None:
+    print(HEADER)
+    print(row.line())
+    _print_parts(row)
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
 
 
 def _free_device_memory() -> None:
