@@ -129,7 +129,10 @@ def attach_device(engine: EngineCore, model: DeviceOracle) -> None:
             launching[0] = False
         done, read = model.done_at, step.sampled_token_ids
 
-        def read_when_done():
+        def read_when_done(while_waiting=None):
+            # as InFlightStep does on the GPU: deferred work until the step is done
+            while while_waiting is not None and time.perf_counter() < done and while_waiting():
+                pass
             model.timeline.wait_until(done)
             return read()
 

@@ -285,7 +285,8 @@ class EngineCore:
         if following is not None:
             self._in_flight = self._launch(following, in_flight.tokens_for(following))
             self.num_overlapped_steps += 1
-        sampled = in_flight.sampled_token_ids()
+        background = self.speculator.background_work if self.speculator is not None else None
+        sampled = in_flight.sampled_token_ids(background)
         return self._apply(in_flight.scheduled, sampled, {}, self._in_flight is not None)
 
     def _may_overlap(self, scheduled: SchedulerOutput) -> bool:

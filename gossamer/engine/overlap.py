@@ -61,7 +61,7 @@ through `.tolist()`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -126,9 +126,15 @@ class InFlightStep:
         else:
             self._host = tokens
 
-    def sampled_token_ids(self) -> dict[str, list[int]]:
-        """Per request id, its sampled token (waits for this step's tokens only)."""
+    def sampled_token_ids(
+        self, while_waiting: Callable[[], bool] | None = None
+    ) -> dict[str, list[int]]:
+        """Per request id, its sampled token (waits for this step's tokens only). Until they
+        are ready, `while_waiting` is called again and again as long as it returns True (it has
+        more to do): deferred host work that then costs the step nothing."""
         if self._event is not None:
+            while while_waiting is not None and not self._event.query() and while_waiting():
+                pass
             self._event.synchronize()
         tokens = self._host.tolist()
         return {rid: [token] for rid, token in zip(self.request_ids, tokens, strict=True)}

@@ -76,6 +76,11 @@ class Proposer(Protocol):
         since moved to tokens 1, 2, ... (a chain's places), per-token outputs have not."""
         ...
 
+    def background_work(self) -> bool:
+        """A small chunk of deferred work (index upkeep), done while the engine waits for the
+        GPU; whether more is left."""
+        ...
+
 
 class BaseProposer:
     """No-op feedback, release, observe and accepted_paths, for proposers that need none."""
@@ -96,3 +101,6 @@ class BaseProposer:
 
     def accepted_paths(self, paths: dict[str, list[int]]) -> None:
         return None
+
+    def background_work(self) -> bool:
+        return False

@@ -142,6 +142,7 @@ class Speculator:
         # those that look at every step (EAGLE-3's hidden states): the others' `observe` is the
         # base no-op, and an idle step then skips building what it would be given
         self._observers = [p for p in proposers.values() if _observes(p)]
+        self._background = [p for p in proposers.values() if _works_in_background(p)]
         self.metrics = SpecMetrics(config.num_speculative_tokens)
         # A ModelRunner subclass the target must run with (EAGLE-3 needs hidden states), or None.
         self.target_runner_class = None
@@ -511,6 +512,15 @@ class Speculator:
         back toward trying again."""
         return self._idle_reason(num_decodes, token_budget) is not None
 
+    def background_work(self) -> bool:
+        """One small chunk of the proposers' deferred work (index upkeep); whether any is left.
+        The engine calls it while it waits for the GPU (overlap.py), so that work costs no step
+        time where the host is ahead of the GPU."""
+        more = False
+        for proposer in self._background:
+            more = proposer.background_work() or more
+        return more
+
     def may_run_ahead(self, num_decodes: int, token_budget: int | None = None) -> bool:
         """Whether the engine may launch the next step of `num_decodes` decodes before this
         one's tokens reach the host (overlapped scheduling): idle at that batch, and no proposer
@@ -823,6 +833,10 @@ class Speculator:
 def _observes(proposer: Proposer) -> bool:
     """Whether the proposer's `observe` does something (not BaseProposer's no-op)."""
     return getattr(type(proposer), "observe", None) is not BaseProposer.observe
+
+
+def _works_in_background(proposer: Proposer) -> bool:
+    return getattr(type(proposer), "background_work", None) is not BaseProposer.background_work
 
 
 def _decode_only(items: Sequence[ScheduledRequest]) -> bool:

@@ -7,8 +7,10 @@ Two structures count every substring of length <= `max_depth` with how often it 
   a 1k-token prompt) and grown by one row per token after that;
 - one shared trie, over the outputs of the last `max_cached_requests` finished requests
   (agentic and templated workloads repeat whole passages across requests). Adding an output
-  costs ~max_depth node operations per token, so outputs are added (and evicted) a bounded
-  number of tokens per `propose` call: a batch that finishes at once does not stall one step.
+  costs ~max_depth node operations per token (~5 us a token on the H200 machine's host), so
+  outputs are added (and evicted) a bounded number of tokens per `propose` call, and in small
+  chunks while the engine waits for the GPU (`background_work`): a batch that finishes at once
+  does not stall one step. An output evicted before it was added is never added.
 
 To propose, take the longest suffix of the request's tokens that occurred before with at least
 one continuation, then walk down greedily, always to the most frequent continuation (ties: the
@@ -32,10 +34,14 @@ from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
 from gossamer.spec.suffix_array import SuffixArray
 from gossamer.spec.suffix_trie import ROOT, TOKEN_SPAN, Step, SuffixAppender, SuffixTrie
 
-# Tokens of finished outputs the shared trie takes in per `propose` call, at least; a backlog
-# larger than this many calls' worth is worked off faster (an eighth of it per call).
+# Tokens of finished outputs the shared trie takes in per `propose` call. (It once took an
+# eighth of the backlog per call: after a batch of 1k-token outputs finished, the next proposals
+# took ~5 ms each on the H200 host, which made the guard's first speculating windows look slow
+# and cost auto ~10% of a run at batch 8; session 10.)
 SHARED_TOKENS_PER_CALL = 64
-SHARED_BACKLOG_CALLS = 8
+# Tokens per `background_work` call: small, since the engine calls it until its step's tokens
+# are ready, and the last call runs past that (~40 us here on the H200 host).
+SHARED_TOKENS_PER_SLACK_CALL = 8
 
 
 class _RecentOutputs:
@@ -57,15 +63,27 @@ class _RecentOutputs:
         self.cached.append(output)
         self._enqueue(output, SuffixAppender(self.trie))
         while len(self.cached) > self.capacity:
-            self._enqueue(self.cached.popleft(), None)
+            evicted = self.cached.popleft()
+            if not self._cancel_add(evicted):
+                self._enqueue(evicted, None)
+
+    def _cancel_add(self, output: list[int]) -> bool:
+        """Drops `output`'s add from the queue if none of it was added yet."""
+        for index, (queued, appender, done) in enumerate(self._queue):
+            if queued is output and appender is not None:
+                if done:
+                    return False
+                del self._queue[index]
+                self.backlog -= len(output)
+                return True
+        return False
 
     def _enqueue(self, output: list[int], appender: SuffixAppender | None) -> None:
         self._queue.append((output, appender, 0))
         self.backlog += len(output)
 
-    def catch_up(self) -> None:
-        """Add or evict a bounded number of queued tokens, in queue order."""
-        budget = max(SHARED_TOKENS_PER_CALL, self.backlog // SHARED_BACKLOG_CALLS)
+    def catch_up(self, budget: int = SHARED_TOKENS_PER_CALL) -> None:
+        """Add or evict up to `budget` queued tokens, in queue order."""
         if self._queue:
             self.version += 1
         while self._queue and budget > 0:
@@ -211,6 +229,11 @@ class SuffixProposer(BaseProposer):
     def release(self, request_id: str, token_ids: Sequence[int], num_prompt_tokens: int) -> None:
         self._requests.pop(request_id, None)
         self.shared.push(list(token_ids[num_prompt_tokens:]))
+
+    def background_work(self) -> bool:
+        """A chunk of the shared trie's queue; whether more is left."""
+        self.shared.catch_up(SHARED_TOKENS_PER_SLACK_CALL)
+        return self.shared.backlog > 0
 
 
 def _score(candidate: tuple[float, list[int]]) -> float:

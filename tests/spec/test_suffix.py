@@ -12,7 +12,11 @@ import pytest
 from benchmarks.suffix_cost import text_tokens
 from gossamer.spec import suffix_array
 from gossamer.spec.proposer import SpecRequest
-from gossamer.spec.suffix import SHARED_TOKENS_PER_CALL, SuffixProposer
+from gossamer.spec.suffix import (
+    SHARED_TOKENS_PER_CALL,
+    SHARED_TOKENS_PER_SLACK_CALL,
+    SuffixProposer,
+)
 from gossamer.spec.suffix_array import SuffixArray
 from gossamer.spec.suffix_trie import ROOT, SuffixTrie
 from tests.spec.test_proposers import ROW, propose, spec
@@ -168,6 +172,39 @@ def test_finished_outputs_are_taken_in_over_several_calls():
     assert trie_counts(proposer.shared.trie) == trie_counts(reference)
 
 
+def test_an_output_evicted_before_it_was_taken_in_is_never_added():
+    """Capacity 1: three outputs finish before any is taken in; only the last is added, and
+    the backlog counts only its tokens."""
+    proposer = SuffixProposer(4, max_depth=6, max_cached_requests=1)
+    for request_id, output in (("a", [3, 4, 5]), ("b", [6, 7]), ("c", [8, 9, 10, 11])):
+        proposer.release(request_id, [1] + output, 1)
+    assert proposer.shared.backlog == 4
+    while proposer.shared.backlog:
+        proposer.propose([])
+    reference = SuffixTrie(6)
+    reference.add([8, 9, 10, 11])
+    assert trie_counts(proposer.shared.trie) == trie_counts(reference)
+
+
+def test_background_work_takes_in_outputs_in_small_chunks():
+    """What the engine runs while it waits for the GPU: a chunk per call, True while more is
+    left, and the same trie as taking the output in at once."""
+    rng = random.Random(8)
+    output = [rng.randrange(30) for _ in range(5 * SHARED_TOKENS_PER_SLACK_CALL + 3)]
+    proposer = SuffixProposer(4, max_depth=6)
+    proposer.release("done", [1, 2] + output, 2)
+    results = []
+    while proposer.shared.backlog:
+        before = proposer.shared.backlog
+        results.append(proposer.background_work())
+        assert before - proposer.shared.backlog == min(before, SHARED_TOKENS_PER_SLACK_CALL)
+    assert results == [True] * 5 + [False]
+    assert proposer.background_work() is False
+    reference = SuffixTrie(6)
+    reference.add(output)
+    assert trie_counts(proposer.shared.trie) == trie_counts(reference)
+
+
 def test_proposals_use_a_finished_output_once_taken_in():
     proposer = SuffixProposer(3, max_depth=8)
     proposer.release("a", [100, 101, 10, 11, 12, 13, 14], 2)
@@ -232,19 +269,36 @@ def test_trie_add_and_remove_match_counted_substrings_and_reuse_freed_nodes():
 class ReferenceShared:
     """The shared trie's substring counts as a dict, with each substring's creation time: among
     equally frequent continuations the trie prefers the one whose node is oldest (a node freed
-    when its count drops to zero is new when it comes back)."""
+    when its count drops to zero is new when it comes back). Released outputs are taken in, and
+    evicted ones removed, in order at `drain`; one evicted before that is never taken in."""
 
     def __init__(self, depth: int, capacity: int) -> None:
         self.depth, self.capacity = depth, capacity
         self.counts: dict[tuple[int, ...], int] = {}
         self.created: dict[tuple[int, ...], int] = {}
         self.cached: list[list[int]] = []
+        self.queue: list[tuple[bool, list[int]]] = []  # (add, output)
         self.clock = 0
 
     def release(self, output: list[int]) -> None:
         if not output or self.capacity == 0:
             return
         self.cached.append(output)
+        self.queue.append((True, output))
+        if len(self.cached) > self.capacity:
+            oldest = self.cached.pop(0)
+            queued = [i for i, (add, out) in enumerate(self.queue) if add and out is oldest]
+            if queued:
+                del self.queue[queued[0]]
+            else:
+                self.queue.append((False, oldest))
+
+    def drain(self) -> None:
+        for add, output in self.queue:
+            self._add(output) if add else self._remove(output)
+        self.queue.clear()
+
+    def _add(self, output: list[int]) -> None:
         for end in range(1, len(output) + 1):
             self.clock += 1
             for start in range(max(0, end - self.depth), end):
@@ -252,14 +306,14 @@ class ReferenceShared:
                 if key not in self.counts:
                     self.counts[key], self.created[key] = 0, self.clock
                 self.counts[key] += 1
-        if len(self.cached) > self.capacity:
-            oldest = self.cached.pop(0)
-            for start in range(len(oldest)):
-                for end in range(start + 1, min(start + self.depth, len(oldest)) + 1):
-                    key = tuple(oldest[start:end])
-                    self.counts[key] -= 1
-                    if not self.counts[key]:
-                        del self.counts[key], self.created[key]
+
+    def _remove(self, output: list[int]) -> None:
+        for start in range(len(output)):
+            for end in range(start + 1, min(start + self.depth, len(output)) + 1):
+                key = tuple(output[start:end])
+                self.counts[key] -= 1
+                if not self.counts[key]:
+                    del self.counts[key], self.created[key]
 
     def children(self, context: list[int]) -> dict[int, tuple[int, int]]:
         """token -> (count, creation time) of context + token."""
@@ -353,6 +407,7 @@ def test_batched_proposals_with_finished_outputs_match_brute_force(seed, drained
             running[f"r{step}-{len(running)}"] = (prompt, len(prompt))
         while drained and proposer.shared.backlog:
             proposer.propose([])
+        shared.drain()
         ids = list(running)
         max_drafts = {request_id: rng.randint(1, 8) for request_id in ids}
         drafts = proposer.propose(
