@@ -11,4 +11,4 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout 
 TAILN=12 step spec_e2e 240 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto --batch-sizes 1,8 --max-tokens 1024 --runs 3 --interleave --json $R/spec_e2e.json
 TAILN=6 step spec_profile 60 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto --batch-sizes 8 --max-tokens 512 --runs 1 --interleave --profile --json $R/spec_profile.json
 TAILN=25 step calibrate_test 60 python3 -m pytest -m gpu tests/spec/test_calibrate.py -p no:cacheprovider -q --tb=short -rf
-TAILN=8 step gpu_tests 200 python3 -m pytest -m gpu tests/spec tests/engine/test_async_scheduling_gpu.py --deselect tests/spec/test_calibrate.py::test_gpu_mini_times_its_verification_steps -p no:cacheprovider -q --tb=line -rf
+TAILN=8 step gpu_tests 150 python3 -m pytest -m gpu tests/spec tests/engine/test_async_scheduling_gpu.py --deselect tests/spec/test_calibrate.py::test_gpu_mini_times_its_verification_steps -p no:cacheprovider -q --tb=line -rf
