@@ -8,7 +8,7 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s10c3; mkdir -p $R
 step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s10c3; return $rc; }
-TAILN=12 step spec_e2e 240 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto --batch-sizes 1,8 --max-tokens 1024 --runs 3 --interleave --json $R/spec_e2e.json
-TAILN=6 step spec_profile 60 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto --batch-sizes 8 --max-tokens 512 --runs 1 --interleave --profile --json $R/spec_profile.json
+TAILN=12 step spec_e2e 200 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto --batch-sizes 1,8 --max-tokens 1024 --runs 3 --interleave --json $R/spec_e2e.json
+TAILN=6 step spec_profile 40 python3 benchmarks/spec_decode.py e2e --model gossamer/models/gpt-oss-mini --methods none,auto --batch-sizes 8 --max-tokens 512 --runs 1 --interleave --profile --json $R/spec_profile.json
 TAILN=25 step calibrate_test 60 python3 -m pytest -m gpu tests/spec/test_calibrate.py -p no:cacheprovider -q --tb=short -rf
-TAILN=8 step gpu_tests 150 python3 -m pytest -m gpu tests/spec tests/engine/test_async_scheduling_gpu.py --deselect tests/spec/test_calibrate.py::test_gpu_mini_times_its_verification_steps -p no:cacheprovider -q --tb=line -rf
+TAILN=8 step gpu_tests 100 python3 -m pytest -m gpu tests/spec tests/engine/test_async_scheduling_gpu.py --deselect tests/spec/test_calibrate.py::test_gpu_mini_times_its_verification_steps -p no:cacheprovider -q --tb=line -rf
