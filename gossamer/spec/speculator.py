@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -86,6 +87,9 @@ from gossamer.spec.verify import verify
 
 # Steps an idle verdict of the cost model stands for (Speculator.idle_for) before it is judged again.
 IDLE_REFRESH_STEPS = 16
+# Proposers' deferred work while the engine waits for the GPU (`background_work`); env 0 turns it
+# off for A/B runs (its overshoot past the GPU's step is unmeasured on the device: session 10).
+BACKGROUND_WORK = os.environ.get("GOSSAMER_SPEC_BACKGROUND", "1") != "0"
 # Why a batch is idle (Speculator._idle_reason).
 BATCH_TOO_LARGE = "batch too large"
 GUARD_OFF = "guard off"
@@ -143,6 +147,8 @@ class Speculator:
         # base no-op, and an idle step then skips building what it would be given
         self._observers = [p for p in proposers.values() if _observes(p)]
         self._background = [p for p in proposers.values() if _works_in_background(p)]
+        if not BACKGROUND_WORK:
+            self._background = []
         self.metrics = SpecMetrics(config.num_speculative_tokens)
         # A ModelRunner subclass the target must run with (EAGLE-3 needs hidden states), or None.
         self.target_runner_class = None

@@ -34,14 +34,16 @@ from gossamer.spec.proposer import BaseProposer, Draft, SpecRequest
 from gossamer.spec.suffix_array import SuffixArray
 from gossamer.spec.suffix_trie import ROOT, TOKEN_SPAN, Step, SuffixAppender, SuffixTrie
 
-# Tokens of finished outputs the shared trie takes in per `propose` call. (It once took an
-# eighth of the backlog per call: after a batch of 1k-token outputs finished, the next proposals
-# took ~5 ms each on the H200 host, which made the guard's first speculating windows look slow
-# and cost auto ~10% of a run at batch 8; session 10.)
-SHARED_TOKENS_PER_CALL = 64
-# Tokens per `background_work` call: small, since the engine calls it until its step's tokens
-# are ready, and the last call runs past that (~40 us here on the H200 host).
-SHARED_TOKENS_PER_SLACK_CALL = 8
+# Tokens of finished outputs the shared trie takes in per `propose` call. Taking in a token costs
+# ~max_depth node operations, ~20 us on the H200 machine's host: more than a batch-8 step of
+# gpt-oss-mini emits per token, so on a host-bound engine the trie cannot keep up and lags
+# instead; the rest is taken in while the engine waits for the GPU (`background_work`). Measured
+# (session 10, `spec_decode.py e2e --profile`): an eighth of the backlog per call made proposals
+# after a batch of 1k-token outputs ended ~12 ms each (profiled), 64 tokens ~3 ms.
+SHARED_TOKENS_PER_CALL = 16
+# Tokens per `background_work` call: one (~20 us on the H200 host), since the engine calls it
+# until its step's tokens are ready and the last call runs past that.
+SHARED_TOKENS_PER_SLACK_CALL = 1
 
 
 class _RecentOutputs:

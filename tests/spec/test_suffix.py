@@ -190,7 +190,8 @@ def test_background_work_takes_in_outputs_in_small_chunks():
     """What the engine runs while it waits for the GPU: a chunk per call, True while more is
     left, and the same trie as taking the output in at once."""
     rng = random.Random(8)
-    output = [rng.randrange(30) for _ in range(5 * SHARED_TOKENS_PER_SLACK_CALL + 3)]
+    chunks = 6
+    output = [rng.randrange(30) for _ in range(chunks * SHARED_TOKENS_PER_SLACK_CALL)]
     proposer = SuffixProposer(4, max_depth=6)
     proposer.release("done", [1, 2] + output, 2)
     results = []
@@ -198,7 +199,7 @@ def test_background_work_takes_in_outputs_in_small_chunks():
         before = proposer.shared.backlog
         results.append(proposer.background_work())
         assert before - proposer.shared.backlog == min(before, SHARED_TOKENS_PER_SLACK_CALL)
-    assert results == [True] * 5 + [False]
+    assert results == [True] * (chunks - 1) + [False]
     assert proposer.background_work() is False
     reference = SuffixTrie(6)
     reference.add(output)
