@@ -23,6 +23,8 @@ the stream, and `UploadFence` keeps the host from rewriting the buffer under a q
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -45,11 +47,12 @@ class StepBuffers:
         device: torch.device,
     ) -> None:
         self.num_groups, self.max_blocks = num_groups, max_blocks
+        self._views: dict[Layout, Views] = {}
+        self._tables_offsets: dict[Layout, int] = {}  # (computed once: `upload` runs every step)
         size = self._tables_offset(max_tokens, max_seqs) + self._tables_bytes(max_blocks, max_seqs)
         self.host_bytes = host_buffer((size,), torch.uint8, device)
         # NOTE: copy=True keeps them apart on the CPU too, so that CPU tests see what is uploaded
         self.dev_bytes = self.host_bytes.to(device, copy=True)
-        self._views: dict[Layout, Views] = {}
 
     def _fields(self, tokens: int, seqs: int) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
         groups = self.num_groups
@@ -64,9 +67,12 @@ class StepBuffers:
         ]
 
     def _tables_offset(self, tokens: int, seqs: int) -> int:
-        return sum(
-            _aligned(_nbytes(dtype, shape)) for _, dtype, shape in self._fields(tokens, seqs)[:-1]
-        )
+        offset = self._tables_offsets.get((tokens, seqs))
+        if offset is None:
+            fields = self._fields(tokens, seqs)[:-1]
+            offset = sum(_aligned(_nbytes(dtype, shape)) for _, dtype, shape in fields)
+            self._tables_offsets[(tokens, seqs)] = offset
+        return offset
 
     def _tables_bytes(self, columns: int, seqs: int) -> int:
         return 4 * columns * self.num_groups * _padded_seqs(seqs)
@@ -101,7 +107,7 @@ class StepBuffers:
 
 
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape)) * dtype.itemsize
+    return math.prod(shape) * dtype.itemsize
 
 
 def _aligned(size: int) -> int:
