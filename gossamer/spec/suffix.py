@@ -7,7 +7,7 @@ Two structures count every substring of length <= `max_depth` with how often it 
   a 1k-token prompt) and grown by one row per token after that;
 - one shared trie, over the outputs of the last `max_cached_requests` finished requests
   (agentic and templated workloads repeat whole passages across requests). Adding an output
-  costs ~max_depth node operations per token (~5 us a token on the H200 machine's host), so
+  costs ~max_depth node operations per token (~20 us a token on the H200 machine's host), so
   outputs are added (and evicted) a bounded number of tokens per `propose` call, and in small
   chunks while the engine waits for the GPU (`background_work`): a batch that finishes at once
   does not stall one step. An output evicted before it was added is never added.
