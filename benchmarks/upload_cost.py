@@ -9,6 +9,8 @@ as the host's wall time per upload with nothing else queued behind it; the GPU i
 between rounds, not inside them.
 
     python benchmarks/upload_cost.py [--batch-sizes 1,8,64] [--context 1024] [--rounds 5]
+
+(`--device cpu` runs it without a GPU: copies are then plain memcpys, for a smoke test.)
 """
 
 from __future__ import annotations
@@ -59,17 +61,22 @@ class PerInputUploads:
             dev[name][:length].copy_(pinned[name][:length], non_blocking=True)
 
 
-def host_us(upload, tokens: int, seqs: int, width: int, calls: int) -> float:
+def host_us(upload, tokens: int, seqs: int, width: int, calls: int, device) -> float:
     """Median of 5 batches of `calls` uploads: host microseconds per upload."""
     samples = []
     for _ in range(5):
-        torch.cuda.synchronize()
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(calls):
             upload(tokens, seqs, width)
         samples.append((time.perf_counter() - start) / calls * 1e6)
-    torch.cuda.synchronize()
+    synchronize(device)
     return statistics.median(samples)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -80,9 +87,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--max-tokens", type=int, default=8192)
+    parser.add_argument("--max-seqs", type=int, default=256)
     args = parser.parse_args()
-    device = torch.device("cuda")
-    max_tokens, max_seqs = 8192, 256
+    device = torch.device(args.device)
+    max_tokens, max_seqs = args.max_tokens, args.max_seqs
     max_blocks = -(-args.max_model_len // BLOCK_SIZE)
     width = -(-args.context // BLOCK_SIZE)
     ways = {
@@ -94,7 +104,7 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, upload in ways.items():
-                times[name].append(host_us(upload, batch, batch, width, args.calls))
+                times[name].append(host_us(upload, batch, batch, width, args.calls, device))
         row = {"batch": batch, "context": args.context}
         row |= {f"{name}_us": statistics.median(values) for name, values in times.items()}
         rows.append(row)
@@ -103,11 +113,8 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(
-                {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
-                f,
-                indent=1,
-            )
+            name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+            json.dump({"gpu": name, "torch": torch.__version__, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
