@@ -250,9 +250,9 @@ class Timers:
 
 def oracle_engine(args, spec: SpecConfig | None, batch: int):
     """(engine, the oracle model, prompts(seed)): prompts() also hands the model their texts."""
-    # (callers that build args themselves may leave --verify-device-scale out)
-    verify_scale = getattr(args, "verify_device_scale", 1.0)
-    device_time = DeviceTime(MINI_STEP_MS, args.device_ms_scale, 1 + 2 * args.k, verify_scale)
+    device_time = DeviceTime(
+        MINI_STEP_MS, args.device_ms_scale, 1 + 2 * args.k, args.verify_device_scale
+    )
     model = OracleModel(args.vocab, args.max_model_len, device_time)
     model.clock = CLOCKS[args.clock]
     engine = build_engine(args, spec, model, batch)

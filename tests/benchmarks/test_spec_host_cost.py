@@ -21,6 +21,7 @@ def _args(**overrides) -> argparse.Namespace:
         seed=0,
         max_model_len=512,
         device_ms_scale=0.0,
+        verify_device_scale=1.0,
         async_scheduling=True,
         clock="cpu",
     )
