@@ -210,6 +210,7 @@ class Run:
     decode_tokens: int = 0
     cycles: list[GuardCycle] = field(default_factory=list)
     guard_stats: dict[str, float] = field(default_factory=dict)
+    finished_at: list[float] = field(default_factory=list)  # seconds into the run, per request
 
     @property
     def seconds(self) -> float:
@@ -228,8 +229,11 @@ def run_batch(engine: EngineCore, prompts: list[list[int]], max_tokens: int) -> 
     run.start = time.perf_counter()
     while engine.has_unfinished_requests():
         prompt_before, start = engine.stats.prompt_tokens, time.perf_counter()
-        tokens = sum(len(out.new_token_ids) for out in engine.step())
+        outputs = engine.step()
+        tokens = sum(len(out.new_token_ids) for out in outputs)
         run.tokens += tokens
+        now = time.perf_counter()
+        run.finished_at += [now - run.start for out in outputs if out.finished]
         if engine.stats.prompt_tokens == prompt_before:
             run.decode_seconds += time.perf_counter() - start
             run.decode_tokens += tokens
@@ -334,6 +338,7 @@ def print_books(name: str, batch: int, run: Run, account: Books, baseline: Run |
         )
     print_verdicts(account)
     print_batch_profile(run)
+    print_finishes(run, baseline)
     print_modes(account)
 
 
@@ -412,6 +417,15 @@ def print_batch_profile(run: Run) -> None:
     print("   by batch size: " + "; ".join(parts))
 
 
+def print_finishes(run: Run, baseline: Run | None) -> None:
+    """When the requests finished (ms into the run, in order): a closed batch lasts as long as
+    its slowest request, so speculation that speeds most requests but slows one loses the run."""
+    for name, timed in (("none", baseline), ("guarded", run)):
+        if timed is not None and timed.finished_at:
+            ends = " ".join(f"{1e3 * t:.0f}" for t in sorted(timed.finished_at))
+            print(f"   requests finished, {name} (ms): {ends}")
+
+
 def _bucket_order(key: str) -> tuple[int, str]:
     bucket, mode = key.split()
     return int(bucket[1:]), mode
@@ -446,6 +460,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _result(batch: int, repeat: int, run: Run, account: Books, baseline: Run | None) -> dict:
     result = {"batch": batch, "repeat": repeat, "seconds": run.seconds, "tokens": run.tokens}
+    result["finished_at"] = sorted(run.finished_at)
     result["guard_stats"] = account.guard_stats
     result["by_verdict"] = _summaries(account.by_verdict)
     result["sampled"] = _summaries(account.sampled)
@@ -460,6 +475,7 @@ def _result(batch: int, repeat: int, run: Run, account: Books, baseline: Run | N
             "tokens": baseline.tokens,
             "decode_seconds": baseline.decode_seconds,
             "decode_tokens": baseline.decode_tokens,
+            "finished_at": sorted(baseline.finished_at),
         }
     return result
 

@@ -31,6 +31,7 @@ def test_the_cycles_add_up_to_the_run(bench):
     run = bench.measure(args, bench.parse_spec_config(args.spec_config), batch=3)
     account = bench.books(run)
     assert run.tokens == 3 * 40 and run.cycles
+    assert len(run.finished_at) == 3 and max(run.finished_at) <= run.seconds
     tallied = sum(window.seconds for window in account.by_verdict.values())
     assert tallied == pytest.approx(run.seconds, rel=1e-6)
     verdicts = set(account.by_verdict)
@@ -58,7 +59,9 @@ def test_a_small_run_prints_and_writes_its_books(bench, tmp_path, capsys):
         torch.set_num_threads(threads)  # main() keeps the oracle's tiny tensors on one thread
     printed = capsys.readouterr().out
     assert "where the time went" in printed and "by batch size" in printed
+    assert "requests finished, guarded" in printed
     result = json.loads(out.read_text())
     (row,) = result["runs"]
     assert row["batch"] == 2 and row["tokens"] == 80 and row["none"]["tokens"] == 80
     assert row["by_verdict"] and row["delivered"]
+    assert len(row["finished_at"]) == 2 and len(row["none"]["finished_at"]) == 2
