@@ -21,6 +21,7 @@ from gossamer.engine.detokenizer import TextState
 from gossamer.engine.errors import PromptTooLongError, RequestError
 from gossamer.engine.outputs import EngineStats, RequestOutput
 from gossamer.engine.overlap import (
+    HostSlack,
     InFlightStep,
     is_plain_decode,
     needs_host_tokens,
@@ -150,6 +151,7 @@ class EngineCore:
         self.stats = EngineStats()
         self._num_runner_steps = 0  # runner.run calls, to spot steps a runner did not count
         self._in_flight: InFlightStep | None = None  # async_scheduling: launched, not applied
+        self._slack = HostSlack()  # whether the speculator's deferred work fits the waits
         self.num_overlapped_steps = 0  # steps launched before the previous one's tokens came
 
     # ---- requests ------------------------------------------------------------------------------
@@ -286,7 +288,7 @@ class EngineCore:
             self._in_flight = self._launch(following, in_flight.tokens_for(following))
             self.num_overlapped_steps += 1
         background = self.speculator.background_work if self.speculator is not None else None
-        sampled = in_flight.sampled_token_ids(background)
+        sampled = self._slack.wait_for(in_flight, background)
         return self._apply(in_flight.scheduled, sampled, {}, self._in_flight is not None)
 
     def _may_overlap(self, scheduled: SchedulerOutput) -> bool:

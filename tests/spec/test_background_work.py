@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from gossamer.engine.overlap import InFlightStep
@@ -61,3 +62,33 @@ def test_the_speculator_gives_background_work_to_the_proposers_that_have_some():
     while speculator.background_work():
         chunks += 1
     assert chunks > 1 and suffix.shared.backlog == 0
+
+
+def test_work_fills_only_waits_that_have_lately_been_long(monkeypatch):
+    """Where the host sets the pace its waits are short and a chunk of work would run past the
+    tokens' arrival, lengthening every step: the work waits for longer waits."""
+    from gossamer.engine import overlap
+
+    clock = [0.0]
+    monkeypatch.setattr(overlap.time, "perf_counter", lambda: clock[0])
+
+    class TimedEvent(FakeEvent):
+        def synchronize(self) -> None:
+            clock[0] += self.wait_s
+            super().synchronize()
+
+    def wait(slack: overlap.HostSlack, wait_s: float) -> int:
+        calls = []
+        event = TimedEvent(ready_at=3)
+        event.wait_s = wait_s
+        slack.wait_for(in_flight(event), lambda: calls.append(1) or True)
+        return len(calls)
+
+    slack = overlap.HostSlack()
+    assert wait(slack, 20e-6) == 0  # no long waits seen yet
+    for _ in range(50):
+        wait(slack, 20e-6)
+    assert slack.average_s == pytest.approx(20e-6, rel=0.01) and wait(slack, 1e-3) == 0
+    for _ in range(30):
+        wait(slack, 1e-3)
+    assert slack.average_s > overlap.MIN_SLACK_S and wait(slack, 1e-3) == 2
