@@ -90,6 +90,11 @@ STALL_FACTOR = 4.0  # a step slower than this many times its mode's recent steps
 # Steps at the start of each window left unmeasured: the switch itself costs there (a draft model
 # catches up on the tokens of a plain window in its first proposal).
 WARMUP_STEPS = 1
+# A decision compares each mode's windows merged, older ones weighed down by HISTORY_WEIGHT per
+# window since: an 8-step window of speculation at batch 8 swings with the requests that happen
+# to accept then (session 11 on the H200: one read 0.215 ms a token where all of the run's
+# speculating steps averaged 0.382, and the guard kept speculating at 0.88x of plain).
+HISTORY_WEIGHT = 0.5
 MAX_BACKOFF = 8  # explorations that keep confirming the choice come at most 8x more rarely
 # A kept window of plain decoding measures only its last PLAIN_TAIL windows' worth of steps
 # (PLAIN_TAIL * explore_steps): module doc, "Plain windows measure their tail".
@@ -181,6 +186,23 @@ class Window:
                 charge += share * min(covered / life, 1.0)
         self._stretch(charge)
 
+    def merged(self, older: Window | None, weight: float) -> Window:
+        """This window with `older` (a settled one) added in at `weight`."""
+        if older is None:
+            return self
+        out = Window(
+            self.seconds + weight * older.seconds,
+            self.tokens + weight * older.tokens,
+            self.num_steps,
+            self.request_steps,
+            {rid: [weight * s, weight * t] for rid, (s, t) in older.requests.items()},
+        )
+        for request_id, (seconds, tokens) in self.requests.items():
+            entry = out.requests.setdefault(request_id, [0.0, 0.0])
+            entry[0] += seconds
+            entry[1] += tokens
+        return out
+
     def _spend(self, seconds: float, request_ids: tuple[str, ...]) -> None:
         """`seconds` more for the window and each of `request_ids` (no more steps or tokens)."""
         self.seconds += seconds
@@ -224,8 +246,10 @@ class Bucket:
     choice: bool = True  # the mode measurements favour (True: speculate)
     mode: bool = True  # the mode of the current window
     window: Window = field(default_factory=Window)
-    # the last complete window of each mode: what a decision compares
+    # the last complete window of each mode
     last: dict[bool, Window | None] = field(default_factory=lambda: {True: None, False: None})
+    # each mode's windows merged, older ones weighed down (HISTORY_WEIGHT): what a decision compares
+    seen: dict[bool, Window | None] = field(default_factory=lambda: {True: None, False: None})
     # an exponential average of each mode's step seconds: the stall cap's reference
     recent: dict[bool, float] = field(default_factory=lambda: {True: 0.0, False: 0.0})
     backoff: int = 1  # explore_every times this: the kept mode's windows at the least
@@ -318,6 +342,7 @@ class MeasuredGuard:
     def _next_window(self, bucket: Bucket) -> None:
         horizon = self.explore_every * AMORTIZE_HORIZON
         bucket.window.settle(bucket.recent[bucket.mode], horizon)
+        bucket.seen[bucket.mode] = bucket.window.merged(bucket.seen[bucket.mode], HISTORY_WEIGHT)
         bucket.last[bucket.mode], bucket.window = bucket.window, Window()
         bucket.unmeasured = WARMUP_STEPS
         if bucket.exploring:
@@ -334,7 +359,7 @@ class MeasuredGuard:
     def _decide(self, bucket: Bucket) -> None:
         """Keep the faster mode; the next exploration comes later the more often and the more
         clearly the other mode lost."""
-        kept, explored = bucket.last[bucket.choice], bucket.last[bucket.mode]
+        kept, explored = bucket.seen[bucket.choice], bucket.seen[bucket.mode]
         kept_cost = kept.seconds_per_token if kept is not None else math.inf
         explored_cost = explored.seconds_per_token
         if explored_cost * (1 + self.margin) < kept_cost:
@@ -353,7 +378,7 @@ class MeasuredGuard:
         bucket.interval = min(max(self.explore_every * bucket.backoff, by_loss), longest)
 
     def stats(self) -> dict[str, float]:
-        """Per bucket b, of the last complete window of each mode (0 before one):
+        """Per bucket b, of each mode's merged windows (`Bucket.seen`; 0 before one):
         guard_b{b}_spec_tokens_per_s and guard_b{b}_plain_tokens_per_s (of the whole batch),
         guard_b{b}_spec_ms_per_token and guard_b{b}_plain_ms_per_token (what a request waited per
         token: what the guard compares); guard_b{b}_speculating (the current choice, 1 or 0) and
@@ -370,7 +395,7 @@ def _bucket_stats(key: int, bucket: Bucket) -> dict[str, float]:
     names = _stat_names(key)
     stats = {}
     for mode, rate_name, wait_name in ((True, *names[:2]), (False, *names[2:4])):
-        window = bucket.last[mode]
+        window = bucket.seen[mode]
         stats[rate_name] = window.tokens_per_s if window is not None else 0.0
         wait = window.seconds_per_token if window is not None else math.inf
         stats[wait_name] = 1e3 * wait if wait < math.inf else 0.0
