@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -594,30 +595,41 @@ def test_gpu_mini_guarded_auto_does_not_lose_at_batch_8():
     """The benchmark's workload on gpt-oss-mini at batch 8, 256 tokens each, after a warm-up run
     on other prompts (where the guard learns): auto (its guard on by default) is no more than 10%
     slower than overlapped plain decoding (seventh session: 0.75x with the old guard, 0.43x with
-    the cost model alone), and says what it chose."""
+    the cost model alone), and says what it chose. Three rounds, the two engines in turn, compared
+    by their median runs: single runs swing with the host (one read 0.49x in session 11, the
+    runs beside it 0.98x)."""
+    assert mini_guard_ratio("cuda", max_tokens=256, rounds=3) >= 0.9
+
+
+def mini_guard_ratio(device: str, max_tokens: int, rounds: int) -> float:
+    """auto's median tok/s over none's on mini at batch 8 (engines interleaved, one each)."""
     from gossamer.engine.core import EngineConfig, EngineCore
     from gossamer.model.loader import load_model
 
     bench = spec_decode_benchmark()
-    loaded = load_model(str(ROOT / "gossamer" / "models" / "gpt-oss-mini"), device="cuda")
-    speeds, stats = {}, {}
+    loaded = load_model(str(ROOT / "gossamer" / "models" / "gpt-oss-mini"), device=device)
+    engines = {}
     for name, spec in (("none", None), ("auto", SpecConfig(method="auto"))):
         config = EngineConfig(
             max_num_seqs=8,
-            kv_cache_memory=4 << 30,
+            kv_cache_memory=1 << 30,
             speculative_config=spec,
             async_scheduling=True,  # as e2e and `gossamer serve`
+            cuda_graphs=device == "cuda",
         )
-        engine = EngineCore(loaded.model, None, config)
-        bench.run_workload(engine, bench.workload(loaded, 8, seed=1008), 256)
-        generated, seconds, _ = bench.run_workload(engine, bench.workload(loaded, 8, seed=8), 256)
-        speeds[name] = generated / seconds
-        stats[name] = dict(engine.stats.spec_stats)
-        del engine
-    guard = {key: value for key, value in stats["auto"].items() if key.startswith("guard_")}
-    print(f"tok/s {speeds}, auto/none {speeds['auto'] / speeds['none']:.2f}, guard {guard}")
+        engines[name] = EngineCore(loaded.model, None, config)
+        bench.run_workload(engines[name], bench.workload(loaded, 8, seed=1008), max_tokens)
+    speeds = {name: [] for name in engines}
+    for round_ in range(rounds):
+        for name, engine in engines.items():
+            prompts = bench.workload(loaded, 8, seed=8 + round_)
+            generated, seconds, _ = bench.run_workload(engine, prompts, max_tokens)
+            speeds[name].append(generated / seconds)
+    guard = {k: v for k, v in engines["auto"].stats.spec_stats.items() if k.startswith("guard_")}
+    median = {name: statistics.median(runs) for name, runs in speeds.items()}
+    print(f"tok/s {speeds}, auto/none {median['auto'] / median['none']:.2f}, guard {guard}")
     assert "guard_b8_speculating" in guard
-    assert speeds["auto"] >= 0.9 * speeds["none"]
+    return median["auto"] / median["none"]
 
 
 def lucky_exploration(guard: MeasuredGuard) -> bool:
