@@ -3,6 +3,7 @@
     python benchmarks/guard_accounting.py                    # CPU: oracle model, simulated H200
     python benchmarks/guard_accounting.py --batch-sizes 1,8 --json guard_accounting.json
     python benchmarks/guard_accounting.py --model gossamer/models/gpt-oss-mini   # a real model
+    python benchmarks/guard_accounting.py --max-tokens 256 --rounds 6   # a stream of new batches
 
 The measured guard (gossamer/spec/guard.py) keeps, per batch bucket, the faster of speculating
 and plain decoding by the wall time of engine steps (from one Speculator.after_step to the next)
@@ -40,6 +41,7 @@ import json
 import math
 import platform
 import random
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -252,10 +254,16 @@ def _sync() -> None:
 
 def measure(args, spec: SpecConfig | None, batch: int) -> Run:
     """A warm-up batch (the guard learns there, as in spec_decode.py e2e), then the timed one."""
+    return measure_rounds(args, spec, batch, rounds=1)[0]
+
+
+def measure_rounds(args, spec: SpecConfig | None, batch: int, rounds: int) -> list[Run]:
+    """A warm-up batch, then `rounds` timed batches of new requests on the same engine (as a
+    server sees them: each new batch's requests need their indexes built to speculate)."""
     build = real_model_engine if args.model else oracle_engine
     engine, prompts = build(args, spec, batch)
     run_batch(engine, prompts(1000 + batch), args.max_tokens)
-    return run_batch(engine, prompts(batch), args.max_tokens)
+    return [run_batch(engine, prompts(batch + 100 * r), args.max_tokens) for r in range(rounds)]
 
 
 # ---- the books -----------------------------------------------------------------------------------
@@ -426,6 +434,15 @@ def print_finishes(run: Run, baseline: Run | None) -> None:
             print(f"   requests finished, {name} (ms): {ends}")
 
 
+def print_rounds(batch: int, runs: list[Run], baselines: list[Run]) -> None:
+    """Rounds of new batches on one engine: each round's speed against none's, and the medians."""
+    guarded = [run.tokens / run.seconds for run in runs]
+    plain = [run.tokens / run.seconds for run in baselines]
+    ratios = " ".join(f"{g / p:.2f}x" for g, p in zip(guarded, plain, strict=True))
+    median = statistics.median(guarded) / statistics.median(plain)
+    print(f"\n== batch {batch}, {len(runs)} rounds: guarded/none {ratios}; medians {median:.2f}x")
+
+
 def _bucket_order(key: str) -> tuple[int, str]:
     bucket, mode = key.split()
     return int(bucket[1:]), mode
@@ -445,12 +462,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = []
     for batch in args.batch_sizes:
-        baseline = measure(args, None, batch) if args.baseline else None
+        baselines = measure_rounds(args, None, batch, args.rounds) if args.baseline else None
         for repeat in range(args.repeats):
-            run = measure(args, spec, batch)
-            account = books(run)
-            print_books(f"guarded (run {repeat + 1})", batch, run, account, baseline)
-            results.append(_result(batch, repeat, run, account, baseline))
+            runs = measure_rounds(args, spec, batch, args.rounds)
+            for index, run in enumerate(runs):
+                baseline = baselines[index] if baselines else None
+                account = books(run)
+                name = f"guarded (run {repeat + 1}" + (
+                    f", round {index + 1})" if args.rounds > 1 else ")"
+                )
+                print_books(name, batch, run, account, baseline)
+                results.append(_result(batch, repeat, run, account, baseline) | {"round": index})
+            if baselines and args.rounds > 1:
+                print_rounds(batch, runs, baselines)
     if args.json:
         meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "args": vars(args)}
         if torch.cuda.is_available():
@@ -501,6 +525,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-sizes", default="8")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=1, help="guarded runs per batch size")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="timed batches of new requests per engine"
+    )
     parser.add_argument("--no-baseline", dest="baseline", action="store_false")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--json", default=None)

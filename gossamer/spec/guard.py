@@ -69,7 +69,10 @@ numbers below are from a CPU oracle model on a simulated H200, batch 8 unless sa
   (up to MAX_BACKOFF times `explore_every`; a switch resets it), and is at least what keeps
   exploring a mode that cost r times as much per token within EXPLORE_SHARE of the time, but never
   more than MAX_BACKOFF times `explore_every` whatever r: one bad window cannot turn a mode off for
-  good (with the defaults, 1024 steps at the most).
+  good (with the defaults, 1024 steps at the most). An exploration that confirmed the kept mode
+  is also charged in wall time: what its steps took, index builds in full, beyond what the kept
+  mode takes for the same tokens, and the next one waits until that is EXPLORE_SHARE of the
+  time (`_steps_to_repay`): its requests never speculate again, so their builds were all paid.
 
 Requests are compared by their own tokens so that two windows of one bucket at different batch
 sizes (5 and 8 requests, say) compare fairly where the step time hardly depends on the batch
@@ -142,9 +145,12 @@ class Window:
     request_steps: int = 0  # the steps each request ran, summed over requests
     requests: dict[str, list[float]] = field(default_factory=dict)  # id -> [seconds, tokens]
     builds: list[IndexBuild] = field(default_factory=list)
+    # what the window's steps took, index builds in full (`seconds` amortizes them)
+    spent: float = 0.0
 
     def add(self, seconds: float, tokens: Mapping[str, float]) -> None:
         self.seconds += seconds
+        self.spent += seconds
         self.num_steps += 1
         self.request_steps += len(tokens)
         for request_id, count in tokens.items():
@@ -164,6 +170,7 @@ class Window:
         build = IndexBuild(self.num_steps, seconds, tuple(tokens), tuple(remaining.values()))
         self.builds.append(build)
         self.add(0.0, tokens)
+        self.spent += seconds
 
     def settle(self, reference: float, horizon: float) -> None:
         """Charges the held index builds: each step as the window's typical one (the mean of its
@@ -374,6 +381,8 @@ class MeasuredGuard:
         # the loss lengthens the interval, but never past the doubling's cap: whatever one window
         # measured, the losing mode is explored again within `longest` steps
         by_loss = self.explore_steps * (loss - 1) / EXPLORE_SHARE
+        if bucket.choice != bucket.mode:  # confirmed: also what the exploration cost in time
+            by_loss = max(by_loss, _steps_to_repay(bucket))
         by_loss = math.ceil(by_loss) if by_loss < longest else longest
         bucket.interval = min(max(self.explore_every * bucket.backoff, by_loss), longest)
 
@@ -389,6 +398,22 @@ class MeasuredGuard:
             for key, bucket in sorted(self.buckets.items()):
                 self._stats |= _bucket_stats(key, bucket)
         return self._stats
+
+
+def _steps_to_repay(bucket: Bucket) -> float:
+    """Steps of the kept mode over which the exploration that just lost costs EXPLORE_SHARE of
+    the time: what its steps took (index builds in full) beyond what the kept mode would have
+    taken for the same tokens. The per-token loss alone amortizes a build over its request's
+    life, but a request whose exploration confirmed plain decoding never speculates again, so
+    the run paid all of it: in a stream of 256-token batches on mini at batch 8 each exploration
+    built 8 new indexes and auto ran 0.84x of plain decoding while its guard kept plain (session
+    11; the CPU oracle of benchmarks/guard_accounting.py: 0.91x, 0.96x with this)."""
+    explored, kept = bucket.last[bucket.mode], bucket.seen[bucket.choice]
+    step = bucket.recent[bucket.choice]
+    if explored is None or kept is None or kept.tokens <= 0 or step <= 0:
+        return 0.0
+    extra = explored.spent - explored.tokens * kept.seconds / kept.tokens
+    return max(extra, 0.0) / (EXPLORE_SHARE * step)
 
 
 def _bucket_stats(key: int, bucket: Bucket) -> dict[str, float]:

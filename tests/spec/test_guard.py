@@ -35,10 +35,11 @@ EVERY, WINDOW = 12, 3  # explore_every, explore_steps
 LONG, SHORT = EVERY + WARMUP_STEPS, WINDOW + WARMUP_STEPS
 
 
-def kept(backoff: int, loss: float = 1.0) -> int:
+def kept(backoff: int, loss: float = 1.0, repay: float = 0.0) -> int:
     """Steps a window of the kept mode takes after `backoff` confirming explorations in a row (0:
-    it just won), the other mode having cost `loss` times as much per token."""
-    bounded = math.ceil(WINDOW * (loss - 1) / EXPLORE_SHARE)
+    it just won), the other mode having cost `loss` times as much per token; `repay`: the steps
+    over which the last exploration's extra time is EXPLORE_SHARE of the kept mode's."""
+    bounded = max(math.ceil(WINDOW * (loss - 1) / EXPLORE_SHARE), math.ceil(repay))
     steps = max(EVERY * min(2**backoff, MAX_BACKOFF), bounded)
     return min(steps, EVERY * MAX_BACKOFF) + WARMUP_STEPS
 
@@ -84,9 +85,12 @@ def test_slower_speculation_is_switched_off_and_explored_ever_more_rarely():
     # each confirming plain and so doubling the plain window after it, up to MAX_BACKOFF times;
     # speculation costs 1.34x per token, so a plain window lasts 51 steps at the least
     loss = 1.58 / 1.30 / 0.91
+    # an exploration's 3 steps took 3 x 1.58 ms for what plain decodes in 3 x 1.30 x 0.91 ms:
+    # the next comes after the plain steps (66) of which that extra time is EXPLORE_SHARE
+    repay = WINDOW * (1.58 / 0.91 - 1.30) / EXPLORE_SHARE
     expected = [(True, SHORT), (False, SHORT + kept(0, loss))]
     for backoff in range(1, 5):
-        expected += [(True, SHORT), (False, kept(backoff, loss))]
+        expected += [(True, SHORT), (False, kept(backoff, loss, repay))]
     steps = sum(length for _, length in expected)
     modes = feed(guard, 8, steps, {True: 1.58e-3, False: 0.91e-3}, {True: 1.30, False: 1.0})
     assert runs(modes) == expected
@@ -472,9 +476,12 @@ def test_the_engine_turns_slow_speculation_off_and_explores_again(
     assert pattern[0] == (True, WINDOW)
     assert pattern[1] == (False, SHORT + kept(0, 1.13))
     assert pattern[2] == (True, SHORT)
-    assert pattern[3] == (False, kept(1, 1.13))
-    assert len(pattern) >= 5  # the last run may be cut short by the requests' end
-    assert all(length == SHORT for mode, length in pattern[2:-1:2])
+    # that exploration took 3 x 5.65 s for what plain decodes in 3 x 5 s: the next one comes
+    # after the plain steps of which the extra 1.95 s is EXPLORE_SHARE (98, capped at the
+    # longest interval), unless the requests end first
+    repay = WINDOW * (5.65 - 5) / EXPLORE_SHARE
+    assert pattern[3][0] is False and pattern[3][1] > kept(1, 1.13)
+    assert len(pattern) == 4 or pattern[3] == (False, kept(1, 1.13, repay))
 
 
 def test_the_engine_keeps_fast_speculation_on(target, target_path, plain_tokens):
@@ -657,3 +664,26 @@ def test_one_lucky_window_does_not_flip_the_choice(monkeypatch):
     assert not lucky_exploration(MeasuredGuard(EVERY, WINDOW, margin=0.05))
     monkeypatch.setattr(guard_module, "HISTORY_WEIGHT", 0.0)
     assert lucky_exploration(MeasuredGuard(EVERY, WINDOW, margin=0.05))
+
+
+def test_an_exploration_waits_until_the_indexes_it_built_are_repaid():
+    """A request whose exploration confirmed plain decoding never speculates again, so its index
+    build, amortized over its life in the window's books, was paid in full: the next exploration
+    waits until that is EXPLORE_SHARE of the time (session 11: a stream of new batches)."""
+
+    def interval_after_exploring(build_seconds: float) -> int:
+        guard = MeasuredGuard(EVERY, WINDOW, margin=0.05)
+        seconds, tokens = {True: 1.2, False: 1.0}, {True: 1.0, False: 1.0}
+        feed(guard, 1, 2 * SHORT, seconds, tokens)  # speculation 1.2x slower: plain kept
+        while not guard.allows(1):
+            feed(guard, 1, 1, seconds, tokens)
+        assert guard.record(True, 1.2 + build_seconds, {"r0": 1.0}, built={"r0": 1000}) == INDEXED
+        feed(guard, 1, WINDOW - 1, seconds, tokens)
+        bucket = guard.buckets[1]
+        assert not bucket.choice and not bucket.exploring  # decided: plain again
+        return bucket.interval
+
+    without = interval_after_exploring(0.0)
+    assert without == 30  # 3 steps 0.2x slower a token: 3 x 0.2 / EXPLORE_SHARE (> 2 x EVERY)
+    repay = (WINDOW * 0.2 + 5.0) / EXPLORE_SHARE  # 280 steps, past the longest interval
+    assert interval_after_exploring(5.0) == min(math.ceil(repay), EVERY * MAX_BACKOFF) > without

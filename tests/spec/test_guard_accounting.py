@@ -65,3 +65,16 @@ def test_a_small_run_prints_and_writes_its_books(bench, tmp_path, capsys):
     assert row["batch"] == 2 and row["tokens"] == 80 and row["none"]["tokens"] == 80
     assert row["by_verdict"] and row["delivered"]
     assert len(row["finished_at"]) == 2 and len(row["none"]["finished_at"]) == 2
+
+
+def test_rounds_of_new_batches_run_on_one_engine(bench, capsys):
+    """`--rounds`: timed batches of new requests on one engine (a server's stream), each with its
+    own books and set against none's round, then the medians."""
+    threads = torch.get_num_threads()
+    try:
+        bench.main([*SMALL, "--batch-sizes", "2", "--rounds", "2"])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert "round 1)" in printed and "round 2)" in printed
+    assert "== batch 2, 2 rounds: guarded/none" in printed and "medians" in printed
