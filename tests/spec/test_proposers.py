@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from gossamer.runner.sampler import SamplingRow
 from gossamer.sampling_params import SamplingParams
 from gossamer.spec.ngram import NgramProposer
@@ -57,26 +59,31 @@ def test_ngram_without_a_match_proposes_nothing_and_is_incremental():
     assert not proposer._indexes
 
 
-def test_ngram_matches_a_brute_force_search():
-    rng = random.Random(0)
+def brute_force_ngram(tokens: list[int], max_n: int, min_n: int, count: int) -> list[int] | None:
+    """The latest earlier occurrence of the longest suffix (max_n down to min_n), continued."""
+    for n in range(max_n, min_n - 1, -1):
+        suffix = tokens[len(tokens) - n :]
+        ends = [e for e in range(n, len(tokens)) if len(tokens) > n and tokens[e - n : e] == suffix]
+        if ends:
+            extended = list(tokens)
+            start = ends[-1]
+            for i in range(count):
+                extended.append(extended[start + i])
+            return extended[len(tokens) :]
+    return None
+
+
+@pytest.mark.parametrize(
+    ("max_growth", "offset"),
+    [(1, 0), (100, 200_000)],  # a token at a time (keys in Python); jumps past 64 (numpy keys)
+)
+def test_ngram_matches_a_brute_force_search(max_growth, offset):
+    rng = random.Random(max_growth)
     proposer = NgramProposer(4, min_n=1, max_n=3)
     tokens: list[int] = []
-    for _ in range(300):
-        tokens.append(rng.randrange(6))
-        expected = None
-        for n in range(3, 0, -1):
-            suffix = tokens[len(tokens) - n :]
-            ends = [
-                e for e in range(n, len(tokens)) if len(tokens) > n and tokens[e - n : e] == suffix
-            ]
-            if ends:
-                extended = list(tokens)
-                start = ends[-1]
-                for i in range(4):
-                    extended.append(extended[start + i])
-                expected = extended[len(tokens) :]
-                break
-        assert propose(proposer, tokens) == expected
+    while len(tokens) < 600:
+        tokens += [offset + rng.randrange(6) for _ in range(rng.randint(1, max_growth))]
+        assert propose(proposer, tokens) == brute_force_ngram(tokens, 3, 1, 4)
 
 
 # ---- suffix --------------------------------------------------------------------------------------
