@@ -3,8 +3,8 @@ output (n from `max_n` down to `min_n`, longest first) and propose what followed
 
 Each request keeps one dict per n from an n-gram's key to the end of its most recent occurrence,
 updated incrementally as tokens arrive, so a proposal costs O(new tokens * number of n) dict
-operations, not a scan of the context. Memory is about one dict entry per token and n (~50 MB for a 100k-token
-prompt with three values of n).
+operations, not a scan of the context. Memory is about one dict entry per token and n (~30 MB
+for a 100k-token prompt with three values of n).
 
 The continuation is copied from the sequence extended by the draft itself, so a short period
 (`a b a b a` -> `b a b a`) yields a full-length draft even when the match ends near the end.
