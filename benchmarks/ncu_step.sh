@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute on one eager decode step (benchmarks/ncu_step.py says what and why):
-#     bash benchmarks/ncu_step.sh MODEL BATCH DIR [extra ncu options, e.g. -k regex:grouped]
+#     bash benchmarks/ncu_step.sh MODEL BATCH DIR [extra ncu options, e.g. -k regex:_v2_]
 # writes DIR/ncu_MODEL_bBATCH.csv (ncu's raw page) and prints the table. Clocks stay as they are
 # (--clock-control none: .library/device/METHOD.md).
 set -euo pipefail
