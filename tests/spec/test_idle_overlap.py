@@ -215,8 +215,9 @@ def test_the_guard_measures_overlapped_plain_steps_and_still_explores(target, ta
         return run(seqs, **options)
 
     engine.runner.run = timed_run
-    # long enough for two explorations (each that confirms plain doubles the plain window)
-    params = SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)
+    # long enough for two explorations (each that confirms plain waits until the exploration's
+    # extra time is 2% of the plain steps': here the longest interval, 96 steps)
+    params = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
     requests = {str(i): (p, params) for i, p in enumerate(repetitive_prompts(2, seed=21))}
     tokens, _, _ = run_engine(engine, requests)
     assert tokens == run_engine(make_engine(target, None), requests)[0]
