@@ -254,16 +254,29 @@ def _sync() -> None:
 
 def measure(args, spec: SpecConfig | None, batch: int) -> Run:
     """A warm-up batch (the guard learns there, as in spec_decode.py e2e), then the timed one."""
-    return measure_rounds(args, spec, batch, rounds=1)[0]
+    return measure_interleaved(args, [spec], batch, rounds=1)[0][0]
 
 
-def measure_rounds(args, spec: SpecConfig | None, batch: int, rounds: int) -> list[Run]:
-    """A warm-up batch, then `rounds` timed batches of new requests on the same engine (as a
-    server sees them: each new batch's requests need their indexes built to speculate)."""
+def measure_interleaved(
+    args, specs: list[SpecConfig | None], batch: int, rounds: int
+) -> list[list[Run]]:
+    """One engine per spec, built and warmed up side by side; then `rounds` timed batches of new
+    requests on each (as a server sees them: each new batch's requests need their indexes built
+    to speculate), the engines taking turns in alternating order (A B, B A, ...). The H200
+    machine's host drifts over seconds (session 12: plain decoding at batch 8 on mini went from
+    0.27 to 0.65 ms a step and back within a few rounds), so only runs made at nearly the same
+    moment compare. Returns each engine's runs."""
     build = real_model_engine if args.model else oracle_engine
-    engine, prompts = build(args, spec, batch)
-    run_batch(engine, prompts(1000 + batch), args.max_tokens)
-    return [run_batch(engine, prompts(batch + 100 * r), args.max_tokens) for r in range(rounds)]
+    engines = [build(args, spec, batch) for spec in specs]
+    for engine, prompts in engines:
+        run_batch(engine, prompts(1000 + batch), args.max_tokens)
+    runs: list[list[Run]] = [[] for _ in engines]
+    for round_ in range(rounds):
+        order = list(range(len(engines)))
+        for index in order if round_ % 2 == 0 else order[::-1]:
+            engine, prompts = engines[index]
+            runs[index].append(run_batch(engine, prompts(batch + 100 * round_), args.max_tokens))
+    return runs
 
 
 # ---- the books -----------------------------------------------------------------------------------
@@ -435,12 +448,17 @@ def print_finishes(run: Run, baseline: Run | None) -> None:
 
 
 def print_rounds(batch: int, runs: list[Run], baselines: list[Run]) -> None:
-    """Rounds of new batches on one engine: each round's speed against none's, and the medians."""
+    """Rounds of new batches: each round's speed against none's in the same round, their median,
+    and the ratio of the medians."""
     guarded = [run.tokens / run.seconds for run in runs]
     plain = [run.tokens / run.seconds for run in baselines]
-    ratios = " ".join(f"{g / p:.2f}x" for g, p in zip(guarded, plain, strict=True))
+    ratios = [g / p for g, p in zip(guarded, plain, strict=True)]
+    listed = " ".join(f"{ratio:.2f}x" for ratio in ratios)
     median = statistics.median(guarded) / statistics.median(plain)
-    print(f"\n== batch {batch}, {len(runs)} rounds: guarded/none {ratios}; medians {median:.2f}x")
+    print(
+        f"\n== batch {batch}, {len(runs)} rounds: guarded/none {listed}; median of the rounds "
+        f"{statistics.median(ratios):.2f}x, of the speeds {median:.2f}x"
+    )
 
 
 def _bucket_order(key: str) -> tuple[int, str]:
@@ -462,9 +480,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = []
     for batch in args.batch_sizes:
-        baselines = measure_rounds(args, None, batch, args.rounds) if args.baseline else None
         for repeat in range(args.repeats):
-            runs = measure_rounds(args, spec, batch, args.rounds)
+            if args.baseline:  # none's engine beside the guarded one, taking turns
+                baselines, runs = measure_interleaved(args, [None, spec], batch, args.rounds)
+            else:
+                baselines, (runs,) = None, measure_interleaved(args, [spec], batch, args.rounds)
             for index, run in enumerate(runs):
                 baseline = baselines[index] if baselines else None
                 account = books(run)

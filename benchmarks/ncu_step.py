@@ -49,11 +49,21 @@ from gossamer.runner.model_runner import ModelRunner  # noqa: E402
 WARMUP_STEPS = 3  # eager steps before the profiled one: every Triton kernel compiled
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
+BYTE_RATE_UNITS = {
+    "byte/s": 1e-9,
+    "Kbyte/s": 1e-6,
+    "Mbyte/s": 1e-3,
+    "Gbyte/s": 1.0,
+    "Tbyte/s": 1e3,
+}  # -> GB/s
 TIME_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
-# column -> what the table calls it (ncu's raw names; a missing column prints as nan)
+# column -> what the table calls it (ncu 2025.3's raw names, checked against its CSV on the H200;
+# a missing column prints as nan)
+DRAM_BYTES_PER_S = "dram__bytes.sum.per_second"
 COLUMNS = {
     "gpu__time_duration.sum": "us",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram%",
+    DRAM_BYTES_PER_S: "GB/s",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "dram%",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm%",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "occ%",
     "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue%",
@@ -119,18 +129,22 @@ class KernelStats:
 
 
 def read_raw_csv(path: Path) -> list[KernelStats]:
-    """Kernels by name from `ncu --csv --page raw`; durations in microseconds whatever the unit."""
+    """Kernels by name and grid from `ncu --csv --page raw` (one kernel serves several problems,
+    e.g. the O projection and the router); durations in microseconds whatever the unit, DRAM
+    throughput in GB/s."""
     lines = path.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if '"Kernel Name"' in line)
     rows = list(csv.reader(lines[start:]))
     header, rows = rows[0], rows[1:]
     name_at = header.index("Kernel Name")
+    grid_at = header.index("Grid Size") if "Grid Size" in header else None
     units = rows[0] if rows and not rows[0][name_at] else [""] * len(header)
     by_name: dict[str, KernelStats] = {}
     for row in rows:
         if len(row) != len(header) or not row[name_at]:
             continue  # the units row, a log line
-        stats = by_name.setdefault(row[name_at], KernelStats(row[name_at]))
+        name = row[name_at] if grid_at is None else f"{row[name_at][:36]} {row[grid_at]}"
+        stats = by_name.setdefault(name, KernelStats(name))
         stats.launches += 1
         for column, unit, text in zip(header, units, row, strict=True):
             value = _number(text)
@@ -138,6 +152,8 @@ def read_raw_csv(path: Path) -> list[KernelStats]:
                 continue
             if column == "gpu__time_duration.sum":
                 value *= TIME_UNITS.get(unit, 1e-3)  # ncu's default unit: nanoseconds
+            elif column == DRAM_BYTES_PER_S:
+                value *= BYTE_RATE_UNITS.get(unit, 1e-9)  # ncu's default: bytes per second
             stats.values[column].append(value)
     return sorted(by_name.values(), key=lambda stats: -stats.total_us)
 

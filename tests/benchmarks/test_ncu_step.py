@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-HEADER = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+DRAM = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+HEADER = ["ID", "Kernel Name", "Grid Size", "gpu__time_duration.sum", DRAM, "dram__bytes.sum.per_second",
           STALL.format("long_scoreboard"), STALL.format("wait"), STALL.format("math_pipe_throttle")]  # fmt: skip
 
 
 def write_csv(path, rows) -> None:
     lines = ["==PROF== Connected to process 1 (python3)"]
     lines.append(",".join(f'"{h}"' for h in HEADER))
-    lines.append(",".join(f'"{u}"' for u in ["", "", "usecond", "%", "", "", ""]))
+    lines.append(",".join(f'"{u}"' for u in ["", "", "", "usecond", "%", "Tbyte/s", "", "", ""]))
     lines += [",".join(f'"{v}"' for v in row) for row in rows]
     path.write_text("\n".join(lines) + "\n")
 
@@ -23,28 +24,34 @@ def test_kernels_are_grouped_by_name_and_ranked_by_time(benchmark_script, tmp_pa
     write_csv(
         path,
         [
-            [0, "gemv", "2.0", "40", "5.0", "1.0", "0.5"],
-            [1, "moe_grouped", "10.0", "50", "3.0", "2.0", "4.0"],
-            [2, "gemv", "4.0", "60", "7.0", "1.0", "0.5"],
+            [0, "gemv", "(9, 1, 1)", "2.0", "40", "2.0", "5.0", "1.0", "0.5"],
+            [1, "moe_grouped", "(4, 1, 1)", "10.0", "50", "2.5", "3.0", "2.0", "4.0"],
+            [2, "gemv", "(9, 1, 1)", "4.0", "60", "3.0", "7.0", "1.0", "0.5"],
+            [3, "gemv", "(2, 15, 1)", "1.0", "1", "0.1", "1.0", "1.0", "0.5"],
         ],
     )
     kernels = bench.read_raw_csv(path)
-    assert [k.name for k in kernels] == ["moe_grouped", "gemv"]
+    assert [k.name for k in kernels] == [
+        "moe_grouped (4, 1, 1)",
+        "gemv (9, 1, 1)",
+        "gemv (2, 15, 1)",
+    ]
     gemv = kernels[1]
     assert gemv.launches == 2 and gemv.total_us == pytest.approx(6.0)
-    assert gemv.mean("dram__throughput.avg.pct_of_peak_sustained_elapsed") == pytest.approx(50)
+    assert gemv.mean(DRAM) == pytest.approx(50)
+    assert gemv.mean("dram__bytes.sum.per_second") == pytest.approx(2500)  # GB/s
     assert gemv.top_stalls(2) == [("long_scoreboard", 6.0), ("wait", 1.0)]
     assert kernels[0].top_stalls(1) == [("math_pipe_throttle", 4.0)]
     bench.print_table(kernels, top=5, stalls=2)
     printed = capsys.readouterr().out
-    assert "2 kernels, 3 launches, 16.0 us" in printed
+    assert "3 kernels, 4 launches, 17.0 us" in printed
     assert "math_pipe_throttle 4.0, long_scoreboard 3.0" in printed
 
 
 def test_durations_in_nanoseconds_become_microseconds(benchmark_script, tmp_path):
     bench = benchmark_script("ncu_step")
     path = tmp_path / "ncu.csv"
-    write_csv(path, [[0, "gemv", "2,500", "40", "1", "1", "1"]])
+    write_csv(path, [[0, "gemv", "(1, 1, 1)", "2,500", "40", "1", "1", "1", "1"]])
     path.write_text(path.read_text().replace('"usecond"', '"nsecond"'))
     (gemv,) = bench.read_raw_csv(path)
     assert gemv.total_us == pytest.approx(2.5)

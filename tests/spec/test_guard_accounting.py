@@ -77,4 +77,23 @@ def test_rounds_of_new_batches_run_on_one_engine(bench, capsys):
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out
     assert "round 1)" in printed and "round 2)" in printed
-    assert "== batch 2, 2 rounds: guarded/none" in printed and "medians" in printed
+    assert "== batch 2, 2 rounds: guarded/none" in printed
+    assert "median of the rounds" in printed and "of the speeds" in printed
+
+
+def test_engines_take_turns_in_alternating_order(bench, monkeypatch):
+    """Rounds interleave the engines A B, B A, A B: each round's pair ran at nearly the same
+    moment, and neither engine always runs first (after the other's batch)."""
+    order = []
+    run_batch = bench.run_batch
+
+    def recording(engine, prompts, max_tokens):
+        order.append("spec" if engine.speculator is not None else "none")
+        return run_batch(engine, prompts, max_tokens)
+
+    monkeypatch.setattr(bench, "run_batch", recording)
+    args = bench.parse_args([*SMALL, "--batch-sizes", "2"])
+    plain, guarded = bench.measure_interleaved(args, [None, bench.parse_spec_config("auto")], 2, 3)
+    assert order[:2] == ["none", "spec"]  # the warm-up batches
+    assert order[2:] == ["none", "spec", "spec", "none", "none", "spec"]
+    assert len(plain) == len(guarded) == 3 and all(run.tokens == 2 * 40 for run in plain)
