@@ -18,6 +18,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                (attention.PREFETCH_NEXT_KV, on by default since the ninth session)
   split_128    at least 128 keys per split (attention.DECODE_MIN_SPLIT_KEYS, default 64): fewer
                splits to merge, each of two or more tiles that the prefetch overlaps
+  sliding_whole sliding-window layers in one split of the whole window, no merge
+               (attention.SLIDING_WHOLE_WINDOW)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -61,6 +63,7 @@ VARIANTS = {
     "late_kv": {"early_kv": False},
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
+    "sliding_whole": {"sliding_whole": True},
 }
 
 
@@ -71,6 +74,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
     attention.DECODE_MIN_SPLIT_KEYS = variant.get("min_split_keys", defaults["min_split_keys"])
+    attention.SLIDING_WHOLE_WINDOW = variant.get("sliding_whole", defaults["sliding_whole"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
@@ -132,6 +136,7 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
                 "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
                 "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
+                "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
                 "down": moe_mxfp4.DECODE_FP16_DOWN,
                 "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)

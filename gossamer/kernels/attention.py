@@ -95,6 +95,11 @@ PREFETCH_NEXT_KV = os.environ.get("GOSSAMER_ATTN_PREFETCH_NEXT", "1") != "0"
 # at max_model_len follow it too; when only one split is left it writes the output itself.
 # GOSSAMER_ATTN_MIN_SPLIT_KEYS for A/B runs (benchmarks/kernels_attention.py --min-split-keys).
 DECODE_MIN_SPLIT_KEYS = int(os.environ.get("GOSSAMER_ATTN_MIN_SPLIT_KEYS", "64"))
+# Sliding-window layers see at most window + query keys (129 at decode): with the split above they
+# run as two splits and a merge. True gives them one split of the whole window (two pipelined key
+# iterations, no partials, no arrival, no merge). An A/B switch (benchmarks/fusion_ab.py
+# sliding_whole), off until measured; GOSSAMER_ATTN_SLIDING_WHOLE=1 turns it on.
+SLIDING_WHOLE_WINDOW = os.environ.get("GOSSAMER_ATTN_SLIDING_WHOLE", "0") == "1"
 # Split launches merge their partials in the attention kernel (the tile's last program) instead of
 # a second launch (issue #8: the merge kernel cost 1.26 us per layer plus a launch gap on the H200).
 # A switch for A/B measurements.
@@ -735,6 +740,8 @@ def paged_attention(
         block_n = block_n or DECODE_BLOCK_N
         if min_split_keys is None:  # forced splits (tests) keep chunks as short as block_n
             min_split_keys = DECODE_MIN_SPLIT_KEYS if num_splits is None else block_n
+            if sliding_window and SLIDING_WHOLE_WINDOW and num_splits is None:
+                min_split_keys = max(min_split_keys, sliding_window + max_query_len - 1)
         min_chunk = triton.cdiv(max(min_split_keys, 1), block_n) * block_n
         if num_splits is None:
             visible = _max_visible_keys(max_seq_len, max_query_len, sliding_window)
