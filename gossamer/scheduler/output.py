@@ -66,6 +66,8 @@ class SchedulerOutput:
     preempted_request_ids: tuple[str, ...] = ()
     finished_request_ids: tuple[str, ...] = ()
     aborted_request_ids: tuple[str, ...] = ()
+    # made by `schedule_continuation`: every request of it was in the step before, unchanged
+    continuation: bool = False
 
     @property
     def is_empty(self) -> bool:

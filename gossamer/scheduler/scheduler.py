@@ -354,6 +354,7 @@ class Scheduler:
         num_decodes: int,
         num_tokens: int,
         preempted: tuple[str, ...],
+        continuation: bool = False,
     ) -> SchedulerOutput:
         """The step's output; it reports (once) the requests that ended since the last one."""
         output = SchedulerOutput(
@@ -364,6 +365,7 @@ class Scheduler:
             preempted_request_ids=preempted,
             finished_request_ids=tuple(self._finished_ids),
             aborted_request_ids=tuple(self._aborted_ids),
+            continuation=continuation,
         )
         self._finished_ids.clear()
         self._aborted_ids.clear()
@@ -424,7 +426,7 @@ class Scheduler:
                     new_block_ids=new_block_ids,
                 )
             )
-        return self._output(tuple(scheduled), len(scheduled), len(scheduled), ())
+        return self._output(tuple(scheduled), len(scheduled), len(scheduled), (), continuation=True)
 
     # ---- after the step --------------------------------------------------------------------
 

@@ -324,6 +324,8 @@ class Speculator:
         bookkeeping loops over the requests only where the guard measures it or a request is
         new or ended, and `stats` then writes again only what an idle step changes."""
         now = self.clock()
+        if next_in_flight and self._ran_ahead and self._idle_tick(scheduler, scheduled, now):
+            return
         if not (next_in_flight and self._only_bookkeeping()):
             self._stats = None  # (anything may have changed: stats() makes them all again)
         self._end_overlap(next_in_flight)
@@ -353,6 +355,36 @@ class Speculator:
         else:
             self._propose(scheduler, row_for)
         self._step_done = self.clock()
+
+    def _idle_tick(self, scheduler: Scheduler, scheduled: SchedulerOutput, now: float) -> bool:
+        """The whole of an idle step's after_step where it is only counting, in one call: the
+        step just done ran plain and was launched ahead, as is the next one; no drafts, tree paths,
+        observers, index builds or cycle observer; no request of it is new or has ended; and its
+        guard window leaves it unmeasured. Returns False (having changed nothing) where any of that
+        does not hold, and the full after_step runs. (The requests of a continuation step were all
+        in the step before, whose after_step tracked them.) Measured on the CPU oracle made host
+        bound (guard_accounting.py --device-ms-scale 0.1, batch 8, ~0.2 ms steps): the full path
+        took ~13 us of such a step, this one ~6 us."""
+        items = scheduled.scheduled_requests
+        if (
+            self._step_mode is not False
+            or self._built
+            or self.cycle_observer is not None
+            or not self._only_bookkeeping()
+            or len(self._tracked) > scheduler.num_running
+            or self._cycle_start is None
+            or not scheduled.continuation  # (else a request may be new: `_track`)
+            or (self.guard is not None and not self.guard.skips(len(items), False))
+        ):
+            return False
+        if self.chooser is not None and self._step_done is not None:
+            self.chooser.record_step_time(len(items), 0, now - self._step_done)
+        self._step_mode = None
+        self._cycle_start = now
+        self._step += 1
+        self._count_overlapped_step(scheduler)
+        self._step_done = self.clock()
+        return True
 
     def _only_bookkeeping(self) -> bool:
         """Whether a step applied while the next one runs leaves the speculator nothing but its
