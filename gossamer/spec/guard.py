@@ -69,10 +69,12 @@ numbers below are from a CPU oracle model on a simulated H200, batch 8 unless sa
   (up to MAX_BACKOFF times `explore_every`; a switch resets it), and is at least what keeps
   exploring a mode that cost r times as much per token within EXPLORE_SHARE of the time, but never
   more than MAX_BACKOFF times `explore_every` whatever r: one bad window cannot turn a mode off for
-  good (with the defaults, 1024 steps at the most). An exploration that confirmed the kept mode
-  is also charged in wall time: what its steps took, index builds in full, beyond what the kept
-  mode takes for the same tokens, and the next one waits until that is EXPLORE_SHARE of the
-  time (`_steps_to_repay`): its requests never speculate again, so their builds were all paid.
+  good (with the defaults, 1024 steps). An exploration that confirmed the kept mode is also
+  charged in wall time: what its steps took, index builds in full, beyond what the kept mode takes
+  for the same tokens, and the next one waits until that is EXPLORE_SHARE of the time
+  (`_steps_to_repay`; its requests never speculate again, so their builds were all paid), up to
+  REPAY_MAX_BACKOFF times `explore_every` (4096 steps: ~1.2 s of mini's batch-8 steps, ~9 s of
+  120b's).
 
 Requests are compared by their own tokens so that two windows of one bucket at different batch
 sizes (5 and 8 requests, say) compare fairly where the step time hardly depends on the batch
@@ -109,6 +111,11 @@ AMORTIZE_HORIZON = MAX_BACKOFF
 # `explore_steps` steps that cost r times the kept mode's comes every explore_steps * (r - 1) /
 # EXPLORE_SHARE steps at the earliest, but always within explore_every * MAX_BACKOFF.
 EXPLORE_SHARE = 0.02
+# ... except that an exploration's cost in wall time (`_steps_to_repay`: index builds, the shared
+# trie's backlog) may push the next one out to REPAY_MAX_BACKOFF times `explore_every`. On the H200
+# an exploration at batch 8 on gpt-oss-mini cost 17-27 ms (~80 plain steps of 0.3 ms; session 12,
+# guard_accounting.py with interleaved rounds): within 1024 steps that was ~8% of the time.
+REPAY_MAX_BACKOFF = 32
 # What `MeasuredGuard.record` made of a step (the speculator's cycle observer reports it).
 SAMPLED = "sampled"
 INDEXED = "sampled, built an index"  # its extra time amortized over its requests' lives
@@ -379,12 +386,13 @@ class MeasuredGuard:
         loss = high / low if low > 0 else math.inf  # the loser's cost per token, relative
         longest = self.explore_every * MAX_BACKOFF
         # the loss lengthens the interval, but never past the doubling's cap: whatever one window
-        # measured, the losing mode is explored again within `longest` steps
-        by_loss = self.explore_steps * (loss - 1) / EXPLORE_SHARE
+        # measured, the losing mode is explored again within `longest` steps; what a confirming
+        # exploration cost in wall time may lengthen it up to REPAY_MAX_BACKOFF times
+        by_loss = min(self.explore_steps * (loss - 1) / EXPLORE_SHARE, longest)
         if bucket.choice != bucket.mode:  # confirmed: also what the exploration cost in time
-            by_loss = max(by_loss, _steps_to_repay(bucket))
-        by_loss = math.ceil(by_loss) if by_loss < longest else longest
-        bucket.interval = min(max(self.explore_every * bucket.backoff, by_loss), longest)
+            repay_cap = self.explore_every * REPAY_MAX_BACKOFF
+            by_loss = max(by_loss, min(_steps_to_repay(bucket), repay_cap))
+        bucket.interval = max(self.explore_every * bucket.backoff, math.ceil(by_loss))
 
     def stats(self) -> dict[str, float]:
         """Per bucket b, of each mode's merged windows (`Bucket.seen`; 0 before one):

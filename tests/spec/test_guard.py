@@ -22,6 +22,7 @@ from gossamer.spec.guard import (
     INDEXED,
     MAX_BACKOFF,
     PLAIN_TAIL,
+    REPAY_MAX_BACKOFF,
     SAMPLED,
     WARM_UP,
     WARMUP_STEPS,
@@ -39,9 +40,9 @@ def kept(backoff: int, loss: float = 1.0, repay: float = 0.0) -> int:
     """Steps a window of the kept mode takes after `backoff` confirming explorations in a row (0:
     it just won), the other mode having cost `loss` times as much per token; `repay`: the steps
     over which the last exploration's extra time is EXPLORE_SHARE of the kept mode's."""
-    bounded = max(math.ceil(WINDOW * (loss - 1) / EXPLORE_SHARE), math.ceil(repay))
-    steps = max(EVERY * min(2**backoff, MAX_BACKOFF), bounded)
-    return min(steps, EVERY * MAX_BACKOFF) + WARMUP_STEPS
+    by_loss = min(WINDOW * (loss - 1) / EXPLORE_SHARE, EVERY * MAX_BACKOFF)
+    bounded = math.ceil(max(by_loss, min(repay, EVERY * REPAY_MAX_BACKOFF)))
+    return max(EVERY * min(2**backoff, MAX_BACKOFF), bounded) + WARMUP_STEPS
 
 
 def batch_tokens(batch: int, per_request) -> dict[str, float]:
@@ -690,5 +691,8 @@ def test_an_exploration_waits_until_the_indexes_it_built_are_repaid():
 
     without = interval_after_exploring(0.0)
     assert without == 30  # 3 steps 0.2x slower a token: 3 x 0.2 / EXPLORE_SHARE (> 2 x EVERY)
-    repay = (WINDOW * 0.2 + 5.0) / EXPLORE_SHARE  # 280 steps, past the longest interval
-    assert interval_after_exploring(5.0) == min(math.ceil(repay), EVERY * MAX_BACKOFF) > without
+    repay = (WINDOW * 0.2 + 5.0) / EXPLORE_SHARE  # 280 steps, past the doubling's cap
+    assert EVERY * MAX_BACKOFF < repay < EVERY * REPAY_MAX_BACKOFF
+    assert interval_after_exploring(5.0) == math.ceil(repay)
+    # and a build so long that repaying it takes longer than REPAY_MAX_BACKOFF allows
+    assert interval_after_exploring(100.0) == EVERY * REPAY_MAX_BACKOFF
