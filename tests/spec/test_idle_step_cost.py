@@ -172,3 +172,35 @@ def test_tracking_without_the_loop_tracks_what_the_loop_does(sampled_ids):
         assert results[0] == results[1]
         if scheduler.requests.get("b") is b_again:
             assert results[0] == ({"a": id(a), "b": id(b_again)}, ["b"])
+
+
+# ---- the idle tick -------------------------------------------------------------------------------
+
+
+def run_counting_ticks(target, target_path, ticks_on: bool):
+    """mixed_requests through the guarded engine; (outputs, spec stats, idle ticks taken)."""
+    engine = guarded_engine(target, target_path)
+    speculator = engine.speculator
+    tick, taken = speculator._idle_tick, []
+
+    def counted(*args):
+        done = ticks_on and tick(*args)
+        taken.append(done)
+        return done
+
+    speculator._idle_tick = counted
+    tokens = run_engine(engine, mixed_requests())[0]
+    return tokens, engine.stats.spec_stats, sum(taken)
+
+
+def test_the_idle_tick_does_what_the_full_after_step_does(target, target_path):
+    """Speculator._idle_tick (an idle step's bookkeeping in one call) against the full after_step
+    on the same fake clock: the same outputs, guard decisions and counters; and it is taken for
+    most idle steps (continuation steps in a long plain window)."""
+    tokens, stats, ticks = run_counting_ticks(target, target_path, ticks_on=True)
+    full_tokens, full_stats, none = run_counting_ticks(target, target_path, ticks_on=False)
+    assert none == 0
+    assert tokens == full_tokens
+    assert stats == full_stats
+    # (39 of 62 here: the others measure the window's tail, or a request was new or ended)
+    assert stats["num_idle_overlapped_steps"] > ticks > stats["num_idle_overlapped_steps"] / 2
