@@ -69,6 +69,16 @@ COLUMNS = {
     "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue%",
     "launch__registers_per_thread": "regs",
 }
+# How busy each SM pipe was (% of peak over the kernel): ncu's InstructionStats section
+# (`--section InstructionStats`) adds them; the table shows the ones present (`summarize --pipes`).
+PIPES = {
+    "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed": "alu%",
+    "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_elapsed": "fmah%",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed": "fma%",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": "tensor%",
+    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_elapsed": "lsu%",
+    "sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_elapsed": "unif%",
+}
 
 
 # ---- the step ------------------------------------------------------------------------------------
@@ -165,13 +175,16 @@ def _number(text: str) -> float | None:
         return None
 
 
-def print_table(kernels: list[KernelStats], top: int, stalls: int) -> None:
+def print_table(kernels: list[KernelStats], top: int, stalls: int, pipes: bool = False) -> None:
     total = sum(stats.total_us for stats in kernels)
     print(f"{len(kernels)} kernels, {sum(k.launches for k in kernels)} launches, {total:.1f} us")
-    heads = "".join(f"{label:>8s}" for label in COLUMNS.values())
+    columns = dict(COLUMNS)
+    if pipes:  # (those the CSV has)
+        columns |= {c: label for c, label in PIPES.items() if any(c in k.values for k in kernels)}
+    heads = "".join(f"{label:>8s}" for label in columns.values())
     print(f"{'kernel':48s} {'launches':>8s} {'total us':>9s}{heads}  stalls (cycles per issue)")
     for stats in kernels[:top]:
-        cells = "".join(f"{stats.mean(column):8.1f}" for column in COLUMNS)
+        cells = "".join(f"{stats.mean(column):8.1f}" for column in columns)
         worst = ", ".join(f"{name} {value:.1f}" for name, value in stats.top_stalls(stalls))
         print(f"{stats.name[:48]:48s} {stats.launches:8d} {stats.total_us:9.1f}{cells}  {worst}")
 
@@ -191,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     summarize.add_argument("csv", type=Path)
     summarize.add_argument("--top", type=int, default=30)
     summarize.add_argument("--stalls", type=int, default=4)
+    summarize.add_argument("--pipes", action="store_true", help="pipe use (InstructionStats)")
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.smoke:
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
             args.model, args.context = str(default_model_path()), 32
         run_step(args.model, args.batch, args.context)
     else:
-        print_table(read_raw_csv(args.csv), args.top, args.stalls)
+        print_table(read_raw_csv(args.csv), args.top, args.stalls, args.pipes)
 
 
 if __name__ == "__main__":

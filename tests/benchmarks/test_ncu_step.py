@@ -60,3 +60,18 @@ def test_durations_in_nanoseconds_become_microseconds(benchmark_script, tmp_path
 def test_the_step_driver_runs_on_the_cpu(benchmark_script, capsys):
     benchmark_script("ncu_step").main(["run", "--smoke", "--batch", "2"])
     assert "profiled one eager step" in capsys.readouterr().out
+
+
+def test_pipe_use_columns_where_the_csv_has_them(benchmark_script, tmp_path, capsys):
+    """`--pipes`: the SM pipes' use (ncu's InstructionStats) as extra columns, only those present."""
+    bench = benchmark_script("ncu_step")
+    alu = "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed"
+    path = tmp_path / "ncu.csv"
+    lines = ['"ID","Kernel Name","Grid Size","gpu__time_duration.sum","' + alu + '"']
+    lines += ['"","","","usecond","%"', '"0","v2_gate_up","(45, 144, 1)","198.5","48.5"']
+    path.write_text("\n".join(lines) + "\n")
+    kernels = bench.read_raw_csv(path)
+    bench.print_table(kernels, top=5, stalls=2, pipes=True)
+    header, row = capsys.readouterr().out.splitlines()[1:3]
+    assert "alu%" in header and "tensor%" not in header
+    assert row.split()[-1] == "48.5"
