@@ -201,7 +201,10 @@ class Window:
         self._stretch(charge)
 
     def merged(self, older: Window | None, weight: float) -> Window:
-        """This window with `older` (a settled one) added in at `weight`."""
+        """This window's time and tokens, overall and per request, with `older`'s (a settled
+        one) added in at `weight`: what a decision compares. Its step counts stay this window's
+        own and `spent` is left out: those serve settling a window and `_steps_to_repay`, which read
+        the window itself."""
         if older is None:
             return self
         out = Window(

@@ -68,8 +68,8 @@ def test_a_small_run_prints_and_writes_its_books(bench, tmp_path, capsys):
 
 
 def test_rounds_of_new_batches_run_on_one_engine(bench, capsys):
-    """`--rounds`: timed batches of new requests on one engine (a server's stream), each with its
-    own books and set against none's round, then the medians."""
+    """`--rounds`: timed batches of new requests on the guarded engine (a server's stream), each
+    with its own books and set against none's batch of the same round, then the medians."""
     threads = torch.get_num_threads()
     try:
         bench.main([*SMALL, "--batch-sizes", "2", "--rounds", "2"])

@@ -75,7 +75,9 @@ def brute_force_ngram(tokens: list[int], max_n: int, min_n: int, count: int) -> 
 
 @pytest.mark.parametrize(
     ("max_growth", "offset"),
-    [(1, 0), (100, 200_000)],  # a token at a time (keys in Python); jumps past 64 (numpy keys)
+    # a token at a time (a slice per gram); jumps of up to 100 tokens (from ngram._BULK new ends,
+    # the grams zipped and hashed in bulk), with token ids past 2^16
+    [(1, 0), (100, 200_000)],
 )
 def test_ngram_matches_a_brute_force_search(max_growth, offset):
     rng = random.Random(max_growth)
