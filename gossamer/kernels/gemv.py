@@ -63,6 +63,10 @@ NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT con
 # prologue (read the rows, reduce) delays its first weight bytes more than the launch it saves.
 # GOSSAMER_FUSED_NORM=1 turns it on (at GEMV_MAX_M rows).
 FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
+# `norm_linear` also fuses the norm wherever the plan reads whole rows (WHOLE_K: the batch-1
+# router), at any M: there every program loads all of x anyway, so the fold adds a sum of squares
+# and the residual's loads, not a trip to L2 before each tile. (env: A/B runs)
+FUSED_NORM_WHOLE_ROWS = os.environ.get("GOSSAMER_FUSED_NORM_WHOLE_ROWS", "0") == "1"
 NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
 NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
 
@@ -86,18 +90,25 @@ class GemvConfig:
             raise ValueError(f"unknown kernel or fixup in {self}")
 
 
+WHOLE_K = 0  # GemvConfig.block_k: one tile of every column (the next power of two), no split
+
 # Defaults per shape class; "<class>_m1", where present, serves M == 1. "medium" is the sweep's
 # best over QKV and O at M = 1, 4 and 8 (benchmarks/gemv_sweep.py on the H200, 2026-12-02);
-# "narrow" (the router) kept its first guess, which the sweep measured best too.
+# "narrow" (the router) kept its first guess, which the sweep measured best too. The batch-1
+# choices were then measured inside the decode step's CUDA graph (benchmarks/fusion_ab.py, H200,
+# 2026-12-04, gpt-oss-20b, interleaved), where they differ from the kernels timed alone.
 CONFIGS: dict[str, GemvConfig] = {
     # router (N = 32..128): few rows, so many K splits of 3 tiles each, all in flight at once
     "narrow": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=1),
+    # the router at M == 1: a program per row with its whole row loaded before the PDL wait, no
+    # split partials to add up (in the graph 1.561 -> 1.533 ms a 20b step)
+    "narrow_m1": GemvConfig(kernel="fma", block_n=1, block_k=WHOLE_K, num_warps=4),
     # QKV, O and the like: narrow row blocks, split so that every SM holds about 8 programs
     "medium": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
-    # QKV-like (more outputs than inputs) at M == 1: the FMA kernel's 4 rows x 1 KB steps (sweep,
-    # 2026-12-02, third session: QKV 9.03 us against 10.03 for "medium"; O stays on "medium",
-    # 8.37 us against 10.38)
-    "tall_m1": GemvConfig(kernel="fma", block_n=4, block_k=512, num_warps=2, programs_per_sm=8),
+    # QKV-like (more outputs than inputs), also at M == 1: alone, the FMA kernel's 4 rows x 1 KB
+    # steps were faster (third session: 9.03 us against 10.03), but in the graph this one is
+    # (1.561 -> 1.542 ms a 20b step): its ~960 one-warp programs all fit on the GPU at once, the
+    # FMA kernel's 1,280 did not (124 registers a thread: 8 programs an SM)
     "tall": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
@@ -145,6 +156,8 @@ def plan_gemv(
         config = default_config(num_tokens, out_features, in_features)
     if config.kernel == "fma" and num_tokens != 1:
         config = replace(config, kernel="dot")  # FMA costs M multiply-adds per weight: M == 1 only
+    if config.block_k == WHOLE_K:
+        config = replace(config, block_k=max(64, triton.next_power_of_2(in_features)), split_k=1)
     row_blocks = triton.cdiv(out_features, config.block_n)
     k_blocks = triton.cdiv(in_features, config.block_k)
     split_k = config.split_k
@@ -179,7 +192,12 @@ def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torc
     """Whether `norm_linear` serves this problem (else: the norm kernel, then `linear`)."""
     if residual is not None and (residual.dtype != hidden.dtype or residual.shape != hidden.shape):
         return False
-    return serves(hidden, weight) and hidden.numel() // hidden.shape[-1] <= FUSED_NORM_MAX_M
+    if not serves(hidden, weight):
+        return False
+    rows = hidden.numel() // hidden.shape[-1]
+    if rows <= FUSED_NORM_MAX_M:
+        return True
+    return FUSED_NORM_WHOLE_ROWS and default_config(rows, *weight.shape).block_k == WHOLE_K
 
 
 def gemv(

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gossamer.kernels.gemv import GemvConfig, plan_gemv
+from gossamer.kernels.gemv import WHOLE_K, GemvConfig, plan_gemv
 from tests.kernels.interpreted import DEVICE, kernel_fixture
 
 gemv = kernel_fixture("gemv")
@@ -91,9 +91,22 @@ def test_fixups_add_splits_in_the_same_order(gemv, kernel):
     assert torch.equal(gemv.gemv(x, weight, bias, TINY[kernel]), last)  # a second launch agrees
 
 
+@pytest.mark.parametrize("n,k", [(70, 200), (5, 256), (3, 1000)])
+def test_whole_k_tiles(gemv, n, k):
+    """WHOLE_K: one tile of the next power of two >= K (masked past K), never split."""
+    config = GemvConfig(kernel="fma", block_n=1, block_k=WHOLE_K, num_warps=1)
+    plan = plan_gemv(1, n, k, 4, config)
+    assert plan.split_k == 1 and plan.config.block_k >= k > plan.config.block_k // 2
+    x, weight, bias = _problem(1, n, k, torch.float32, seed=n + k)
+    out = gemv.gemv(x, weight, bias, config)
+    torch.testing.assert_close(out.double(), _exact(x, weight, bias), atol=2e-5, rtol=2e-5)
+
+
 def test_default_configs_and_plans_cover_every_column():
-    # the interpreter plans for 4 SMs: 24 rows -> 1 row block, so K=1000 is split
-    assert plan_gemv(1, 24, 1000, 4).split_k > 1
+    # the interpreter plans for 4 SMs: 24 rows -> 1 row block, so K=1000 is split at M > 1; at
+    # M == 1 the router-sized GEMV reads whole rows
+    assert plan_gemv(2, 24, 1000, 4).split_k > 1
+    assert plan_gemv(1, 24, 1000, 4).split_k == 1
     cases = [(1, 24, 1000, 4), (1, 5120, 2880, 132), (1, 128, 2880, 132), (8, 2880, 4096, 132),
              (1, 201088, 2880, 132), (16, 32, 2880, 132), (3, 5120, 2880, 132)]  # fmt: skip
     for m, n, k, sms in cases:

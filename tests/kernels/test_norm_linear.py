@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gossamer.ops.triton as triton_ops
-from gossamer.kernels.gemv import GemvConfig
+from gossamer.kernels.gemv import WHOLE_K, GemvConfig
 from gossamer.ops.torch_ref import TorchOps
 from tests.kernels.interpreted import DEVICE, ON_GPU, kernel_fixture, load_interpreted
 
@@ -30,6 +30,7 @@ TINY = {
     "dot_no_split": GemvConfig(kernel="dot", block_n=16, block_k=16, split_k=1, num_warps=1),
     "fma": GemvConfig(kernel="fma", block_n=8, block_k=32, num_warps=1),
     "fma_no_split": GemvConfig(kernel="fma", block_n=8, block_k=16, split_k=1, num_warps=1),
+    "fma_whole": GemvConfig(kernel="fma", block_n=1, block_k=WHOLE_K, num_warps=1),  # the router's
 }
 # per dtype: (normed, out) tolerances, an ulp or two after the final rounding
 TOLERANCE = {
@@ -69,7 +70,7 @@ def _assert_matches(fused, composed, dtype):
 
 # every M of the dot kernel with and without a split; the FMA kernel serves M == 1 only
 CASES = [(config, m) for config in ("dot", "dot_no_split") for m in range(1, 9)]
-CASES += [("dot_reduce", 1), ("dot_reduce", 5), ("fma", 1), ("fma_no_split", 1)]
+CASES += [("dot_reduce", 1), ("dot_reduce", 5), ("fma", 1), ("fma_no_split", 1), ("fma_whole", 1)]
 
 
 @pytest.mark.parametrize("config,m", CASES)
@@ -80,6 +81,20 @@ def test_fused_matches_norm_then_gemv(gemv, norm, config, m, with_residual, dtyp
     inputs = _problem(m, 70, k, dtype, seed=7 * m + k, residual=with_residual)
     fused = gemv.norm_linear(*inputs[:3], EPS, *inputs[3:], True, TINY[config])
     _assert_matches(fused, _composed(norm, gemv, *inputs, TINY[config]), dtype)
+
+
+def test_whole_row_plans_fuse_the_norm_when_asked(gemv, monkeypatch):
+    """FUSED_NORM_WHOLE_ROWS: norm_linear serves the batch-1 router-sized GEMV (whole rows a
+    program) but not QKV-sized ones, and nothing when off."""
+    hidden, residual, _, _, _ = _problem(1, 8, 200, torch.float32, seed=12)
+    router, qkv = torch.zeros(32, 200, device=DEVICE), torch.zeros(5120, 200, device=DEVICE)
+    monkeypatch.setattr(gemv, "FUSED_NORM_MAX_M", 0)
+    monkeypatch.setattr(gemv, "FUSED_NORM_WHOLE_ROWS", True)
+    assert gemv.fuses_norm(hidden, residual, router)
+    assert not gemv.fuses_norm(hidden, residual, qkv)
+    assert not gemv.fuses_norm(torch.cat([hidden, hidden]), None, router)  # M = 2: split planes
+    monkeypatch.setattr(gemv, "FUSED_NORM_WHOLE_ROWS", False)
+    assert not gemv.fuses_norm(hidden, residual, router)
 
 
 @pytest.mark.parametrize("config", ["dot", "fma"])
