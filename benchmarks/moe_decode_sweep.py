@@ -107,6 +107,7 @@ def ahead_ab(experts, inputs, rounds: int) -> list[dict]:
     for _ in range(rounds):
         for ahead, runs in times.items():
             down = moe.DECODE_FP16_DOWN | {"AHEAD": ahead}
+            down["EARLY"] = down.get("EARLY", 0) if ahead == 2 else 0  # EARLY needs AHEAD 2
             runs.append(time_config(experts, inputs, moe.DECODE_FP16_GATE_UP, down) * 1e6)
     rows = []
     for ahead, us in times.items():

@@ -26,8 +26,9 @@ def apply_moe_sweep(path: str) -> dict:
     rows = json.loads(Path(path).read_text())["rows"]
     best = next(r for r in rows if r["kernel"] == "best")["config"]
     moe_mxfp4.DECODE_FP16_GATE_UP = dict(best["gate_up"])
-    # the sweep's tile configs carry no AHEAD: keep the default's (down loads a step ahead)
-    ahead = {"AHEAD": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}
+    # the sweep's tile configs carry no AHEAD or EARLY: keep the default's (down loads ahead)
+    keys = ("AHEAD", "EARLY")
+    ahead = {k: moe_mxfp4.DECODE_FP16_DOWN[k] for k in keys if k in moe_mxfp4.DECODE_FP16_DOWN}
     moe_mxfp4.DECODE_FP16_DOWN = ahead | dict(best["down"])
     return best
 

@@ -103,8 +103,10 @@ DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "
 # 0/1 26.1, 0/2 24.9, 1/0 26.8, 1/1 26.5, 1/2 25.1, 2/0 29.3, 2/1 28.8, 2/2 27.7. gate_up lost
 # both times (+0.2..0.4 us with 1, +2.4..2.8 with 2) and down's 1 was never the best, so those
 # were removed: only down loads ahead, with AHEAD 2 (0 turns it off).
+# EARLY 1: the first step's words and scales are loaded before the PDL wait (in the graph, H200,
+# 2026-12-04, fusion_ab.py: 20b 1.501 -> 1.491 ms a step, 120b 2.115 -> 2.109).
 DECODE_FP16_DOWN = {"BLOCK_ROWS": 1, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 1,
-                    "AHEAD": 2}  # fmt: skip
+                    "AHEAD": 2, "EARLY": 1}  # fmt: skip
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
 GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
 # Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
@@ -1312,6 +1314,8 @@ def _fp16_down_kernel(
     PREFETCH_WORDS: tl.constexpr = 128,  # per (row, expert), sent to L2 before the PDL wait
     LAYOUT: tl.constexpr = 0,  # as in _fp16_gate_up_kernel
     AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0: 2 loads scales and activations a step ahead
+    EARLY: tl.constexpr = 0,  # with AHEAD 2: 1 loads the first step's words and scales before
+    # the PDL wait (into registers; the L2 prefetch above covers PREFETCH_WORDS either way)
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1356,10 +1360,15 @@ def _fp16_down_kernel(
         line = tl.arange(0, PREFETCH_WORDS // 32) * 32  # 32 words: one 128-byte line
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
+    if EARLY:  # the first step's weight words and scales too (weights: no kernel writes them)
+        first = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step, scale_step)
     pdl.wait(PDL)  # the activations come from gate_up
     if NUM_STAGES == 0 and AHEAD == 2:
-        acc = _down_ahead(acc, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step,
-                          scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT)  # fmt: skip
+        if not EARLY:
+            first = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step,
+                                scale_step)  # fmt: skip
+        acc = _down_ahead(acc, first, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw,
+                          step, scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT)  # fmt: skip
     elif NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
         next_words = tl.load(w_ptrs, mask=w_mask)
@@ -1415,14 +1424,14 @@ def _down_step(
 
 @triton.jit
 def _down_ahead(
-    acc, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step, scale_step,
+    acc, first, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw, step, scale_step,
     PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr,
 ):  # fmt: skip
     """down's K loop with every load of a step (words, scales, activations) issued one step early:
-    the same products in the same order as the register double buffer."""
+    the same products in the same order as the register double buffer. `first`: the first step's
+    (words, raw scales), loaded by the caller."""
     tile: tl.constexpr = (w_ptrs.shape[0], w_ptrs.shape[1], GB, 4)
-    words, raw_scales = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step,
-                                    scale_step)  # fmt: skip
+    words, raw_scales = first
     p0, p1, p2, p3 = _down_x(x_ptrs, g_lo, g_lo, g_hi, slot_ok, kw, PLANE)
     for g0 in range(g_lo, g_hi, GB):
         step_words, scale = tl.reshape(words, tile), _e8m0_scale(raw_scales)
@@ -1505,7 +1514,8 @@ def moe_mxfp4_decode_fp16(
 
 
 def _check_fp16_configs(gate_up: dict, down: dict) -> None:
-    """SPLIT_K >= 1 for both GEMVs; AHEAD only for down, 0 or 2 (see DECODE_FP16_DOWN)."""
+    """SPLIT_K >= 1 for both GEMVs; AHEAD only for down, 0 or 2 (see DECODE_FP16_DOWN), and
+    down's EARLY only with AHEAD 2."""
     for name, config in (("gate_up", gate_up), ("down", down)):
         if not isinstance(config.get("SPLIT_K"), int) or config["SPLIT_K"] < 1:
             raise MoEShapeError(f"{name} config needs SPLIT_K >= 1, got {config.get('SPLIT_K')!r}")
@@ -1513,6 +1523,8 @@ def _check_fp16_configs(gate_up: dict, down: dict) -> None:
         raise MoEShapeError("gate_up has no AHEAD (measured slower; see DECODE_FP16_DOWN)")
     if down.get("AHEAD", 0) not in (0, 2):
         raise MoEShapeError(f"down's AHEAD is 0 or 2, got {down['AHEAD']!r}")
+    if down.get("EARLY", 0) and down.get("AHEAD", 0) != 2:
+        raise MoEShapeError(f"down's EARLY needs AHEAD 2, got {down!r}")
 
 
 def _fp16_experts(
@@ -1937,6 +1949,12 @@ def _block_m(num_pairs: int, num_experts: int) -> int:
     return max(16, min(SWAP_AB_MAX_BLOCK_M, triton.next_power_of_2(mean)))
 
 
+def _v2_block_m(num_pairs: int, num_experts: int) -> int:
+    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 (see V2_WARPS)."""
+    mean = triton.cdiv(num_pairs, num_experts)
+    return max(V2_MIN_BLOCK_M, min(SWAP_AB_MAX_BLOCK_M, 2 * triton.next_power_of_2(mean)))
+
+
 def _expert_schedule(
     ids: torch.Tensor, num_experts: int, block_m: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -2090,6 +2108,14 @@ GROUPED_V2_GATE_UP = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PR
                       "num_warps": 8}  # fmt: skip
 GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
                    "num_warps": 8}  # fmt: skip
+# v2's M-tile: twice the mean pairs an expert, 8..32 rows (`_v2_block_m`), on V2_WARPS[rows] warps
+# unless a config says otherwise. 8 rows compile the MMA column tile to mma.sync instead of wgmma:
+# 3.88 instructions a weight offline against 4.17 (sm_90 SASS, triton 3.6, the default tile).
+# Measured on the H200 (2026-12-04, moe_grouped_sweep.py --block-ms 8,16,32 --warps 4,8, one 120b
+# layer, us), the chosen tile first, the previous default (16 rows or the mean, 8 warps) second:
+# 64 tokens 589 / 658, 128 689 / 739, 256 742 / 783, 512 952 / 1074, 1024 1380 (unchanged).
+V2_MIN_BLOCK_M = 8
+V2_WARPS = {8: 4, 16: 4, 32: 8}
 
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
 
@@ -2421,16 +2447,17 @@ def moe_mxfp4_grouped_v2(
     if not experts.is_mxfp4:
         return moe_mxfp4_grouped(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
     num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
-    gu = dict(gate_up_config or GROUPED_V2_GATE_UP)
-    dn = dict(down_config or GROUPED_V2_DOWN)
+    num_pairs = num_tokens * top_k
+    block_m = block_m or _v2_block_m(num_pairs, num_experts)
+    warps = {"num_warps": V2_WARPS[block_m]} if block_m in V2_WARPS else {}
+    gu = dict(gate_up_config or GROUPED_V2_GATE_UP | warps)
+    dn = dict(down_config or GROUPED_V2_DOWN | warps)
     for name, config in (("gate_up", gu), ("down", dn)):
         if config["GROUPS_PER_STEP"] % 4:
             raise MoEShapeError(f"v2 {name} needs GROUPS_PER_STEP % 4 == 0, got {config}")
     x = x.contiguous()
     if num_tokens == 0:
         return torch.empty_like(x)
-    num_pairs = num_tokens * top_k
-    block_m = block_m or _block_m(num_pairs, num_experts)
     ids, route_w, x_v2, _ = _route(router_logits, top_k, x, "v2", gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
     from gossamer.kernels.moe_grouped_gemv import expert_schedule

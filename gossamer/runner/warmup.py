@@ -166,7 +166,8 @@ def prefill_token_counts(max_tokens: int, decode_lens: list[int], moe: MoEShape)
 
 def moe_launch_shape(moe: MoEShape) -> Callable[[int], tuple]:
     """token count -> the MoE kernels' launch shape, as `moe_mxfp4.moe_mxfp4` picks it: the GEMV
-    path, the expert-grouped GEMV with its M-tile size, or the grouped path with its BLOCK_M."""
+    path, the expert-grouped GEMV with its M-tile size, or the grouped path (v2 for MXFP4 experts)
+    with its BLOCK_M."""
     from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
 
     limit = min(moe_mxfp4.DECODE_MAX_PAIRS, moe_mxfp4.DECODE_PAIRS_PER_EXPERT * moe.num_experts)
@@ -177,6 +178,8 @@ def moe_launch_shape(moe: MoEShape) -> Callable[[int], tuple]:
             return ("gemv",)
         if moe.mxfp4 and pairs <= moe_mxfp4.GROUPED_GEMV_MAX_PAIRS:
             return ("grouped_gemv", moe_grouped_gemv.default_block_m(pairs, moe.num_experts))
+        if moe.mxfp4 and moe_mxfp4.GROUPED_V2:  # its warps follow the M-tile (V2_WARPS)
+            return ("grouped_v2", moe_mxfp4._v2_block_m(pairs, moe.num_experts))
         return ("grouped", moe_mxfp4._block_m(pairs, moe.num_experts))
 
     return shape

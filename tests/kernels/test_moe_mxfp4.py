@@ -186,11 +186,19 @@ def test_fp16_down_loads_a_step_ahead(moe, tokens, split, repacked):
     ahead = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
     assert torch.equal(ahead, out)
     assert _relative_error(ahead, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+    config["down_config"]["EARLY"] = 1  # the first step's words and scales before the PDL wait
+    assert torch.equal(
+        moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config), out
+    )
 
 
 @pytest.mark.parametrize(
     "gate_up,down,match",
-    [({"AHEAD": 2}, {}, "gate_up has no AHEAD"), ({}, {"AHEAD": 1}, "down's AHEAD is 0 or 2")],
+    [
+        ({"AHEAD": 2}, {}, "gate_up has no AHEAD"),
+        ({}, {"AHEAD": 1}, "down's AHEAD is 0 or 2"),
+        ({}, {"AHEAD": 0, "EARLY": 1}, "EARLY needs AHEAD 2"),
+    ],
 )
 def test_fp16_decode_refuses_removed_ahead_options(moe, gate_up, down, match):
     """gate_up's AHEAD and down's AHEAD 1 were measured slower and removed: asking for them fails
@@ -330,6 +338,19 @@ def test_grouped_v2_matches_reference(moe, hidden, inter, tokens, changes):
     x, logits = _inputs(tokens, hidden, 8, seed=41 + tokens)
     out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, **_v2_configs(**changes))
     assert out.shape == x.shape and out.dtype == x.dtype
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+def test_grouped_v2_tiles_of_8_rows(moe):
+    """BLOCK_M 8 (what v2 picks for a few rows an expert): experts 5 and 2 crowded past two
+    M-tiles (17 pairs each: tiles of 8, 8 and 1), the rest spread thin."""
+    experts = _experts(8, 160, 96, seed=6)
+    x, logits = _inputs(23, 160, 8, seed=7)
+    logits[:17, 5] += 50.0
+    logits[:17, 2] += 40.0
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(SCALE_PREFETCH=1)
+    )
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
@@ -606,6 +627,13 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
             "down_config": moe_mxfp4.GROUPED_V2_DOWN | changes,
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, **configs), ref)
+    # M-tiles of 8 rows: an MMA column tile of 8 (mma.sync, not wgmma, on sm_90)
+    for warps in (4, 8):
+        configs = {
+            "gate_up_config": moe_mxfp4.GROUPED_V2_GATE_UP | {"num_warps": warps},
+            "down_config": moe_mxfp4.GROUPED_V2_DOWN | {"num_warps": warps},
+        }
+        _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
 
 
 @pytest.mark.gpu
@@ -743,20 +771,21 @@ def test_gpu_120b_repacked_layout(experts_120b, tokens):
 
 @pytest.mark.gpu
 def test_gpu_120b_fp16_down_loads_a_step_ahead(experts_120b):
-    """The default GEMV configs on 120b shapes, down with AHEAD 2 and 0: the same bits (the same
-    products in the same order, only the loads move)."""
+    """The default GEMV configs on 120b shapes, down with AHEAD 2 and 0 and with EARLY (the first
+    step's weights loaded before the PDL wait): the same bits (the same products in the same
+    order, only the loads move)."""
     from gossamer.kernels import moe_mxfp4
 
     x, logits = _inputs_120b(2, seed=402)
     experts = _fp16_lanes(experts_120b)
     args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
-    out, without = (
+    out, without, early = (
         moe_mxfp4.moe_mxfp4_decode_fp16(
-            *args, down_config=moe_mxfp4.DECODE_FP16_DOWN | {"AHEAD": value}
+            *args, down_config=moe_mxfp4.DECODE_FP16_DOWN | {"AHEAD": ahead, "EARLY": early}
         )
-        for value in (2, 0)
+        for ahead, early in ((2, 0), (0, 0), (2, 1))
     )
-    assert torch.equal(out, without)
+    assert torch.equal(out, without) and torch.equal(out, early)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
 
 

@@ -315,12 +315,15 @@ def test_prefill_attention_and_moe_paths(recorded):
     assert constexprs(recorded.warm, "_fp16_gate_up_kernel")  # the GEMV path
     block_ms = constexprs(recorded.warm, "_grouped_gate_up_kernel", "BLOCK_M")
     block_ms |= constexprs(recorded.warm, "_v2_gate_up_kernel", "BLOCK_M")  # GROUPED_V2
-    # {16, 32}; {32} with the grouped GEMV up to 64 tokens (M-tiles of 4 pairs: 4 experts)
-    assert block_ms == {(moe_mxfp4._block_m(t * TOP_K, EXPERTS),) for t in moe_tokens("grouped")}
+    # {32} with the grouped GEMV up to 64 tokens (M-tiles of 4 pairs: 4 experts)
+    pick = moe_mxfp4._v2_block_m if moe_mxfp4.GROUPED_V2 else moe_mxfp4._block_m
+    assert block_ms == {(pick(t * TOP_K, EXPERTS),) for t in moe_tokens("grouped")}
     tiles = constexprs(recorded.warm, "_gemv_gate_up_kernel", "BLOCK_M")  # the grouped GEMV's
     assert tiles == {(moe_grouped_gemv.default_block_m(t * TOP_K, EXPERTS),)
                      for t in moe_tokens("grouped_gemv")}  # fmt: skip
-    assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == ROW_CLASSES
+    # this model's projections are all router-sized: at M == 1 the FMA kernel on whole rows
+    assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == ROW_CLASSES - {(1,)}
+    assert constexprs(recorded.warm, "_gemv_fma_kernel", "BLOCK_N", "SPLIT") == {(1, 0)}
 
 
 ROW_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # 1, 2, 4, ... to the max
@@ -328,9 +331,12 @@ ROW_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # 1, 2, 
 
 def test_norms_folded_into_the_gemvs_are_warmed_up(recorded, request):
     """norm_linear's GEMV prologue (QKV: layer 0 without a residual, the others with one; the
-    router also stores the normed rows) at every row class, when the fold is on."""
+    router also stores the normed rows) at every row class, when the fold is on (M == 1 on the
+    FMA kernel: this model's projections are router-sized)."""
     folded = constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M", "HAS_RESIDUAL",
                         "STORE_NORMED", NORM=True)  # fmt: skip
+    folded |= {(1, *kind) for kind in constexprs(recorded.warm, "_gemv_fma_kernel", "HAS_RESIDUAL",
+                                                 "STORE_NORMED", NORM=True)}  # fmt: skip
     kinds = {(False, False), (True, False), (True, True)}
     if "norm-launch" in request.node.callspec.id:
         assert folded == set()
