@@ -6,6 +6,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   defaults     MXFP4 repacked for the fp16 GEMV (model/mxfp4.py LAYOUT_FP16_LANES), RoPE + KV
                write inside attention (attention.FUSE_ROPE_KV), the RMSNorms as their own launches
   norm_folded  the defaults with the RMSNorm in the GEMV prologue (gemv.FUSED_NORM_MAX_M)
+  router_norm_whole / router_norm_kernel  the post-attention RMSNorm in the prologue of the
+               whole-row batch-1 router GEMV / as its own launch (gemv.FUSED_NORM_WHOLE_ROWS)
   no_rope      RoPE + KV write as its own launch
   no_layout    the published MXFP4 bit layout (the experts are repacked back in place)
   none         all three off
@@ -13,6 +15,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
   down_ahead0/2 the batch-1 MoE down GEMV without / with its scales and activation words loaded
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
+  down_early / down_late  down's first step of weight words and scales loaded before / after
+               its PDL wait (DECODE_FP16_DOWN's EARLY)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
   no_prefetch  decode attention's key loop without loading each tile an iteration ahead
                (attention.PREFETCH_NEXT_KV, on by default since the ninth session)
@@ -20,6 +24,19 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                splits to merge, each of two or more tiles that the prefetch overlaps
   sliding_whole sliding-window layers in one split of the whole window, no merge
                (attention.SLIDING_WHOLE_WINDOW)
+  ko_<part>    timing only, the step's tokens are wrong: one part of every layer left out of the
+               graph (its output a fixed buffer or its input passed through), so that its
+               difference from the defaults is that part's marginal cost inside the graph, with
+               PDL and its neighbours as they run: ko_norms (both RMSNorms and the final one),
+               ko_qkv, ko_attention (RoPE, KV write and attention), ko_o, ko_router (router
+               GEMV: fixed logits), ko_experts (routing, gate_up and down), ko_expert_gemvs
+               (the routing kept), ko_down (routing and gate_up kept), ko_unembed
+  qkv_* / o_* / router_* / old_gemv  the batch-1 QKV, O or router GEMV on another tile
+               (gemv.CONFIGS' tall_m1, medium_m1, narrow_m1; see GEMV_VARIANTS): qkv_fma and
+               router_dot the defaults before 2026-12-04 (old_gemv both), *_k128 / *_s8 the
+               tensor-core kernel's tiles 128 wide / 8 in flight, *_ppsmP its K split for about P
+               programs an SM (default 8), *_whole_n1 the FMA kernel with
+               one row a program and all of K in one tile, loaded before the PDL wait
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -28,6 +45,7 @@ copy bandwidth measured here).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -51,6 +69,8 @@ from gossamer.runner.model_runner import ModelRunner
 VARIANTS = {
     "defaults": {},
     "norm_folded": {"fused_norm_max_m": gemv.GEMV_MAX_M},
+    "router_norm_whole": {"norm_whole_rows": True},
+    "router_norm_kernel": {"norm_whole_rows": False},
     "no_rope": {"fuse_rope": False},
     "no_layout": {"layout": mxfp4.LAYOUT_HF},
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
@@ -60,16 +80,103 @@ VARIANTS = {
     # early (the default), 0 does not
     "down_ahead0": {"down_ahead": 0},
     "down_ahead2": {"down_ahead": 2},
+    "down_early": {"down_early": 1},
+    "down_late": {"down_early": 0},
     "late_kv": {"early_kv": False},
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
     "sliding_whole": {"sliding_whole": True},
+    "ko_norms": {"knockout": "norms"},
+    "ko_qkv": {"knockout": "qkv"},
+    "ko_attention": {"knockout": "attention"},
+    "ko_o": {"knockout": "o"},
+    "ko_router": {"knockout": "router"},
+    "ko_experts": {"knockout": "experts"},
+    "ko_expert_gemvs": {"knockout": "expert_gemvs"},
+    "ko_down": {"knockout": "down"},
+    "ko_unembed": {"knockout": "unembed"},
 }
+# Batch-1 GEMV tiles tried inside the graph (the sweeps in gemv_sweep.py time kernels alone).
+_WHOLE = dict(kernel="fma", block_k=gemv.WHOLE_K, num_warps=4)
+_QKV_FMA = gemv.GemvConfig(kernel="fma", block_n=4, block_k=512, num_warps=2, programs_per_sm=8)
+GEMV_VARIANTS = {
+    # the batch-1 defaults before 2026-12-04: QKV on the FMA kernel, the router split along K
+    "qkv_fma": {"tall_m1": _QKV_FMA},
+    "router_dot": {"narrow_m1": gemv.CONFIGS["narrow"]},
+    "old_gemv": {"tall_m1": _QKV_FMA, "narrow_m1": gemv.CONFIGS["narrow"]},
+    "qkv_dot_k128": {"tall_m1": gemv.GemvConfig(block_n=16, block_k=128, num_warps=1)},
+    "qkv_dot_s8": {"tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, num_stages=8)},
+    "qkv_ppsm4": {"tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=4)},
+    "qkv_ppsm16": {"tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=16)},
+    "o_ppsm4": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=4)},
+    "o_ppsm16": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=16)},
+    "o_whole_n1": {"medium_m1": gemv.GemvConfig(block_n=1, **_WHOLE)},
+    "o_dot_k128": {"medium_m1": gemv.GemvConfig(block_n=16, block_k=128, num_warps=1)},
+    "o_dot_s8": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, num_stages=8)},
+}
+VARIANTS.update({name: {"gemv": configs} for name, configs in GEMV_VARIANTS.items()})
+PATCHED_OPS = ("rms_norm", "linear", "rope_write_kv_attention", "moe")
+
+
+def _routed_only(moe, with_gate_up: bool, x, logits, experts, top_k, limit, alpha):
+    """A 1-token MoE call that launches the batch-1 routing (and gate_up) but not the rest; it
+    returns x, so later layers see finite values (their routing stays in range)."""
+    if x.shape[0] != 1 or not moe_mxfp4.DECODE_FP16:
+        return moe(x, logits, experts, top_k, limit, alpha)
+    ids, _, x_h, x_unscale = moe_mxfp4.route_fp16(logits, top_k, x.contiguous())
+    if with_gate_up:
+        inter = experts.gate_up_bias.shape[-1] // 2
+        moe_mxfp4._fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, limit, alpha,
+                                moe_mxfp4.act_exponent(limit), moe_mxfp4.DECODE_FP16_GATE_UP)  # fmt: skip
+    return x
+
+
+def knock_out(model, part: str | None) -> None:
+    """Patch (or with None restore) the model's shared ops object so that 1-token calls of `part`
+    launch nothing: a projection returns a fixed random buffer of its output's shape, the norms
+    and the experts return their input, attention returns q. Other token counts (prefill, the
+    warm-up's shapes) run the real op. Timing only: the tokens decoded are not the model's."""
+    ops = model.ops
+    for name in PATCHED_OPS:
+        ops.__dict__.pop(name, None)
+    if part is None:
+        return
+    cfg, real = model.config, {name: getattr(ops, name) for name in PATCHED_OPS}
+    rows = {"qkv": cfg.q_size + 2 * cfg.kv_size, "o": cfg.hidden_size,
+            "router": cfg.num_local_experts, "unembed": cfg.vocab_size}  # fmt: skip
+    if part in rows:
+        wanted = rows[part]
+        fixed = torch.randn(1, wanted, device=model.device).to(model.dtype)
+
+        def linear(x, weight, bias):
+            in_features = cfg.q_size if part == "o" else cfg.hidden_size
+            if x.shape[0] == 1 and weight.shape == (wanted, in_features):
+                return fixed
+            return real["linear"](x, weight, bias)
+
+        ops.linear = linear
+    elif part == "norms":
+        ops.rms_norm = lambda x, weight, eps, residual=None: (
+            (x, x if residual is None else residual)
+            if x.shape[0] == 1
+            else real["rms_norm"](x, weight, eps, residual)
+        )
+    elif part == "attention":
+        ops.rope_write_kv_attention = lambda q, *args: (
+            q if q.shape[0] == 1 else real["rope_write_kv_attention"](q, *args)
+        )
+    elif part == "experts":
+        ops.moe = lambda x, *args: x if x.shape[0] == 1 else real["moe"](x, *args)
+    elif part in ("expert_gemvs", "down"):
+        ops.moe = functools.partial(_routed_only, real["moe"], part == "down")
+    else:
+        raise ValueError(f"unknown knock-out {part!r}")
 
 
 def apply(model, variant: dict, defaults: dict) -> None:
     set_experts_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
     gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
+    gemv.FUSED_NORM_WHOLE_ROWS = variant.get("norm_whole_rows", defaults["norm_whole_rows"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
@@ -78,7 +185,11 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
-    moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | {"AHEAD": down_ahead}
+    early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
+    moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | {"AHEAD": down_ahead, "EARLY": early}
+    knock_out(model, variant.get("knockout"))
+    gemv.CONFIGS = defaults["gemv"] | variant.get("gemv", {})
+    gemv.plan_gemv.cache_clear()  # plans of the default configs are cached by shape
 
 
 def time_variant(model, context: int, steps: int) -> float:
@@ -133,11 +244,12 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     )
     model, cfg = loaded.model, loaded.config
     defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
+                "norm_whole_rows": gemv.FUSED_NORM_WHOLE_ROWS,
                 "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
                 "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
                 "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
                 "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
-                "down": moe_mxfp4.DECODE_FP16_DOWN,
+                "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
                 "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if args.interleave:

@@ -43,19 +43,21 @@ def sweep_configs() -> list[dict]:
     ]  # fmt: skip
 
 
-def time_layer(experts, tokens: int, gate_up: dict, down: dict, bw: float) -> dict:
+def time_layer(
+    experts, tokens: int, gate_up: dict, down: dict, bw: float, block_m: int | None = None
+) -> dict:
     """One layer call with these configs: us per call, its floor, and the reference check."""
 
     def fn(x, logits):
-        return moe.moe_mxfp4_grouped_v2(
-            x, logits, experts, TOP_K, LIMIT, ALPHA, gate_up_config=gate_up, down_config=down
-        )
+        return moe.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K, LIMIT, ALPHA, block_m=block_m,
+                                        gate_up_config=gate_up, down_config=down)  # fmt: skip
 
     calls = make_calls(tokens, 8 if tokens <= 64 else 2, seed=tokens)
     ok, err = check(fn, experts, *calls[0])
     seconds = graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in calls])
     floor = statistics.mean(floor_bytes(logits)[0] for _, logits in calls) / bw
-    return {"tokens": tokens, "gate_up": gate_up, "down": down, "us": seconds * 1e6,
+    return {"tokens": tokens, "block_m": block_m, "gate_up": gate_up, "down": down,
+            "us": seconds * 1e6,
             "floor_us": floor * 1e6, "pct_floor": 100 * floor / seconds, "ok": ok,
             "rel_err": err}  # fmt: skip
 
@@ -96,12 +98,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--confirm", default="256,1024")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--block-ms", default=None,
+                        help="instead of the sweep: the defaults and --warps at each BLOCK_M "
+                             "(comma-separated) at --tokens and each --confirm count")  # fmt: skip
+    parser.add_argument("--warps", default="4,8", help="num_warps tried with --block-ms")
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
     experts = make_experts()
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton "
           f"{triton.__version__} copy {bw / 1e12:.2f} TB/s", flush=True)  # fmt: skip
+    if args.block_ms:
+        write(args, {"copy_bandwidth_bytes_s": bw, "block_m_rows": block_m_rows(experts, args, bw)})
+        return
     default = time_layer(experts, args.tokens, moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN, bw)
     _print(default, "defaults")
     rows = sweep(experts, args.tokens, "gate_up", bw) + sweep(experts, args.tokens, "down", bw)
@@ -115,12 +124,32 @@ def main() -> None:
             row = time_layer(experts, tokens, gu, dn, bw) | {"label": label}
             _print(row, f"{label}: {_name(gu)} / {_name(dn)}")
             confirm.append(row)
-    result = {
-        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "triton": triton.__version__, "python": platform.python_version(),
-        "copy_bandwidth_bytes_s": bw, "defaults": default, "sweep": rows, "best": chosen,
-        "confirm": confirm,
-    }  # fmt: skip
+    write(args, {"copy_bandwidth_bytes_s": bw, "defaults": default, "sweep": rows,
+                 "best": chosen, "confirm": confirm})  # fmt: skip
+
+
+def block_m_rows(experts, args, bw: float) -> list[dict]:
+    """The default tiles (num_warps from --warps) at each M-tile height: BLOCK_M 8 runs the MMA
+    column tile at 8 (mma.sync on sm_90) where 16 takes wgmma, for batches of ~2 rows an expert."""
+    rows = []
+    for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
+        for block_m in (int(b) for b in args.block_ms.split(",")):
+            for warps in (int(w) for w in args.warps.split(",")):
+                gu = moe.GROUPED_V2_GATE_UP | {"num_warps": warps}
+                dn = moe.GROUPED_V2_DOWN | {"num_warps": warps}
+                try:
+                    row = time_layer(experts, tokens, gu, dn, bw, block_m)
+                except Exception as exc:  # noqa: BLE001 -- a failed compile is a result
+                    print(f"T={tokens} BLOCK_M {block_m} w{warps} failed: {exc}"[:300])
+                    continue
+                _print(row, f"BLOCK_M {block_m:3d} w{warps}")
+                rows.append(row)
+    return rows
+
+
+def write(args, fields: dict) -> None:
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": triton.__version__, "python": platform.python_version(), **fields}  # fmt: skip
     path = args.json or (os.path.join(os.environ["OUT"], "moe_grouped_sweep.json")
                          if "OUT" in os.environ else None)  # fmt: skip
     if path:

@@ -1,0 +1,76 @@
+"""benchmarks/fusion_ab.py's knock-outs: which 1-token calls they cut, and that they undo."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from gossamer.model.loader import load_model
+from tests.benchmarks.conftest import BENCHMARKS
+
+
+@pytest.fixture
+def bench(benchmark_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it imports its siblings (decode_speed, timing)
+    yield benchmark_script("fusion_ab")
+    sys.modules.pop("decode_speed", None)
+    sys.modules.pop("timing", None)
+
+
+@pytest.fixture(scope="module")
+def mini():
+    return load_model("gossamer/models/gpt-oss-mini", load_format="dummy", dtype="float32").model
+
+
+def _projections(model) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    layer = model.model.layers[0]
+    return {
+        "qkv": (layer.self_attn.qkv_proj.weight, layer.self_attn.qkv_proj.bias),
+        "o": (layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias),
+        "router": (layer.mlp.router.weight, layer.mlp.router.bias),
+        "unembed": (model.lm_head.weight, None),
+    }
+
+
+@pytest.mark.parametrize("part", ["qkv", "o", "router", "unembed"])
+def test_a_knocked_out_projection_is_a_fixed_buffer_at_one_token(bench, mini, part):
+    projections = _projections(mini)
+    inputs = {name: torch.randn(2, w.shape[1]) for name, (w, _) in projections.items()}
+    real = {name: mini.ops.linear(inputs[name], *wb) for name, wb in projections.items()}
+    bench.knock_out(mini, part)
+    try:
+        for name, (weight, bias) in projections.items():
+            one = mini.ops.linear(inputs[name][:1], weight, bias)
+            assert one.shape == (1, weight.shape[0])
+            if name == part:  # the same buffer every call: nothing launched
+                assert one is mini.ops.linear(inputs[name][:1], weight, bias)
+                assert not torch.allclose(one, real[name][:1])
+            else:
+                torch.testing.assert_close(one, real[name][:1])
+            torch.testing.assert_close(mini.ops.linear(inputs[name], weight, bias), real[name])
+    finally:
+        bench.knock_out(mini, None)
+    assert "linear" not in vars(mini.ops)
+
+
+def test_knocked_out_norms_attention_and_experts_pass_their_input(bench, mini):
+    hidden = mini.config.hidden_size
+    x, residual, weight = torch.randn(1, hidden), torch.randn(1, hidden), torch.ones(hidden)
+    bench.knock_out(mini, "norms")
+    assert mini.ops.rms_norm(x, weight, 1e-5, residual) == (x, residual)
+    assert mini.ops.rms_norm(x, weight, 1e-5)[1] is x
+    two = torch.randn(2, hidden)
+    torch.testing.assert_close(mini.ops.rms_norm(two, weight, 1e-5)[0],
+                               two * torch.rsqrt(two.pow(2).mean(-1, keepdim=True) + 1e-5))  # fmt: skip
+    bench.knock_out(mini, "attention")
+    assert "rms_norm" not in vars(mini.ops)
+    q = torch.randn(1, mini.config.num_attention_heads, mini.config.head_dim)
+    assert mini.ops.rope_write_kv_attention(q, None, None) is q
+    bench.knock_out(mini, "experts")
+    assert mini.ops.moe(x, None, None, 4, 7.0, 1.702) is x
+    bench.knock_out(mini, None)
+    assert not {"rms_norm", "rope_write_kv_attention", "moe"} & set(vars(mini.ops))
+    with pytest.raises(ValueError, match="knock-out"):
+        bench.knock_out(mini, "lm")
