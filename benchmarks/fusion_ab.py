@@ -17,6 +17,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
+  gate_up_pf_all / down_pf_all / moe_pf_all  the batch-1 MoE GEMVs send each program's whole
+               slice of words and scales to L2 at once (gate_up's PREFETCH_LINES once it has
+               its expert; down's PREFETCH_WORDS / PREFETCH_SCALES before its PDL wait)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
   no_prefetch  decode attention's key loop without loading each tile an iteration ahead
                (attention.PREFETCH_NEXT_KV, on by default since the ninth session)
@@ -36,7 +39,10 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                router_dot the defaults before 2026-12-04 (old_gemv both), *_k128 / *_s8 the
                tensor-core kernel's tiles 128 wide / 8 in flight, *_ppsmP its K split for about P
                programs an SM (default 8), *_whole_n1 the FMA kernel with
-               one row a program and all of K in one tile, loaded before the PDL wait
+               one row a program and all of K in one tile, loaded before the PDL wait;
+               qkv_pf_all / o_pf_all / dense_pf_all every W tile sent to L2 before the PDL wait
+               (GemvConfig.prefetch 16 instead of 2)
+  all_pf       moe_pf_all and dense_pf_all together
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -86,6 +92,14 @@ VARIANTS = {
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
     "sliding_whole": {"sliding_whole": True},
+    # the batch-1 MoE GEMVs send their programs' whole slices to L2 at once (words and scales):
+    # gate_up once it has read its expert, down before its PDL wait
+    "gate_up_pf_all": {"gate_up": {"PREFETCH_LINES": 16}},
+    "down_pf_all": {"down_extra": {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1}},
+    "moe_pf_all": {
+        "gate_up": {"PREFETCH_LINES": 16},
+        "down_extra": {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1},
+    },
     "ko_norms": {"knockout": "norms"},
     "ko_qkv": {"knockout": "qkv"},
     "ko_attention": {"knockout": "attention"},
@@ -113,8 +127,17 @@ GEMV_VARIANTS = {
     "o_whole_n1": {"medium_m1": gemv.GemvConfig(block_n=1, **_WHOLE)},
     "o_dot_k128": {"medium_m1": gemv.GemvConfig(block_n=16, block_k=128, num_warps=1)},
     "o_dot_s8": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, num_stages=8)},
+    # every W tile of a program sent to L2 before the PDL wait (16 >= its tiles; default 2)
+    "qkv_pf_all": {
+        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, prefetch=16)
+    },
+    "o_pf_all": {
+        "medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, prefetch=16)
+    },
 }
+GEMV_VARIANTS["dense_pf_all"] = GEMV_VARIANTS["qkv_pf_all"] | GEMV_VARIANTS["o_pf_all"]
 VARIANTS.update({name: {"gemv": configs} for name, configs in GEMV_VARIANTS.items()})
+VARIANTS["all_pf"] = VARIANTS["moe_pf_all"] | VARIANTS["dense_pf_all"]
 PATCHED_OPS = ("rms_norm", "linear", "rope_write_kv_attention", "moe")
 
 
@@ -186,7 +209,9 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
-    moe_mxfp4.DECODE_FP16_DOWN = defaults["down"] | {"AHEAD": down_ahead, "EARLY": early}
+    moe_mxfp4.DECODE_FP16_DOWN = (defaults["down"] | {"AHEAD": down_ahead, "EARLY": early}
+                                  | variant.get("down_extra", {}))  # fmt: skip
+    moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | variant.get("gate_up", {})
     knock_out(model, variant.get("knockout"))
     gemv.CONFIGS = defaults["gemv"] | variant.get("gemv", {})
     gemv.plan_gemv.cache_clear()  # plans of the default configs are cached by shape
@@ -237,20 +262,26 @@ def interleaved_times(model, chosen: list[str], defaults: dict, args) -> dict[st
     return times
 
 
+def current_defaults() -> dict:
+    """The module switches and configs that `apply` sets, as they are now (the defaults)."""
+    return {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
+            "norm_whole_rows": gemv.FUSED_NORM_WHOLE_ROWS,
+            "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
+            "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
+            "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
+            "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
+            "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
+            "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP,
+            "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
+
+
 def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     grown = args.rounds * (args.steps + 3) if args.interleave else args.steps  # tokens decoded
     loaded = load_model(
         name, load_format="dummy", device="cuda", max_model_len=args.context + grown + 32
     )
     model, cfg = loaded.model, loaded.config
-    defaults = {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
-                "norm_whole_rows": gemv.FUSED_NORM_WHOLE_ROWS,
-                "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
-                "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
-                "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
-                "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
-                "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
-                "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
+    defaults = current_defaults()
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)

@@ -1157,6 +1157,8 @@ def _fp16_gate_up_kernel(
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
+    PREFETCH_LINES: tl.constexpr = 0,  # > 0: the program's whole slice sent to L2 once the expert
+    # is known, this many 128-byte lines of words per row (see _prefetch_rows; compiled on GPUs)
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1167,6 +1169,10 @@ def _fp16_gate_up_kernel(
     token = pair // TOP_K
     pdl.wait(PDL)
     expert = tl.load(ids_ptr + pair).to(tl.int64)
+    if PREFETCH_LINES and not _INTERPRETED:  # rows 2j (gate) and 2j + 1 (up): one contiguous run
+        rows = tl.minimum(2 * pid_n * BLOCK_PAIRS + tl.arange(0, 2 * BLOCK_PAIRS), 2 * INTER - 1)
+        _prefetch_rows(words_ptr + expert * (2 * INTER * G * 4), scales_ptr + expert * (2 * INTER * G),
+                       rows, G, g_lo, g_hi, PREFETCH_LINES)  # fmt: skip
 
     j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
     j_ok = j < INTER
@@ -1233,6 +1239,17 @@ def _fp16_gate_up_kernel(
         part = part_ptr + ((pid_k * tl.num_programs(1) + pair) * 2) * INTER + j
         tl.store(part, gate, mask=j_ok)
         tl.store(part + INTER, up, mask=j_ok)
+
+
+@triton.jit
+def _prefetch_rows(words_base, scales_base, rows, G: tl.constexpr, g_lo, g_hi, LINES: tl.constexpr):
+    """Send groups [g_lo, g_hi) of `rows` (one expert's, from its word and scale bases) to L2:
+    LINES lines of words per row (clamped to the run: LINES >= the run's lines covers it all)
+    and the first and last line of each row's scales. Nothing waits for them."""
+    line = tl.minimum(tl.arange(0, LINES) * 32, (g_hi - g_lo) * 4 - 1)
+    pdl.prefetch_l2(words_base + rows[:, None] * (G * 4) + g_lo * 4 + line[None, :])
+    ends = tl.arange(0, 2) * (g_hi - g_lo - 1)
+    pdl.prefetch_l2(scales_base + rows[:, None] * G + g_lo + ends[None, :])
 
 
 @triton.jit
@@ -1316,6 +1333,7 @@ def _fp16_down_kernel(
     AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0: 2 loads scales and activations a step ahead
     EARLY: tl.constexpr = 0,  # with AHEAD 2: 1 loads the first step's words and scales before
     # the PDL wait (into registers; the L2 prefetch above covers PREFETCH_WORDS either way)
+    PREFETCH_SCALES: tl.constexpr = 0,  # 1: each (row, expert) run's scales to L2 with the words
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1360,6 +1378,11 @@ def _fp16_down_kernel(
         line = tl.arange(0, PREFETCH_WORDS // 32) * 32  # 32 words: one 128-byte line
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
+        if PREFETCH_SCALES:  # a run's first and last line (a 120b run: 90 bytes)
+            ends = tl.arange(0, 2) * (g_hi - g_lo - 1)
+            s_row = tl.minimum(row, H - 1)
+            s_run = scales_ptr + expert[None, :, None] * (H * G) + s_row[:, None, None] * G
+            pdl.prefetch_l2(s_run + g_lo + ends[None, None, :])
     if EARLY:  # the first step's weight words and scales too (weights: no kernel writes them)
         first = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step, scale_step)
     pdl.wait(PDL)  # the activations come from gate_up

@@ -74,3 +74,23 @@ def test_knocked_out_norms_attention_and_experts_pass_their_input(bench, mini):
     assert not {"rms_norm", "rope_write_kv_attention", "moe"} & set(vars(mini.ops))
     with pytest.raises(ValueError, match="knock-out"):
         bench.knock_out(mini, "lm")
+
+
+def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(bench, mini):
+    defaults = bench.current_defaults()
+    from gossamer.kernels import gemv, moe_mxfp4
+
+    try:
+        bench.apply(mini, bench.VARIANTS["all_pf"], defaults)
+        assert moe_mxfp4.DECODE_FP16_GATE_UP["PREFETCH_LINES"] == 16
+        assert moe_mxfp4.DECODE_FP16_DOWN["PREFETCH_WORDS"] == 512
+        assert moe_mxfp4.DECODE_FP16_DOWN["PREFETCH_SCALES"] == 1
+        assert moe_mxfp4.DECODE_FP16_DOWN["EARLY"] == defaults["down"]["EARLY"]
+        assert gemv.CONFIGS["tall_m1"].prefetch == gemv.CONFIGS["medium_m1"].prefetch == 16
+        assert gemv.default_config(1, 5120, 2880).prefetch == 16  # QKV at batch 1
+        assert gemv.default_config(2, 5120, 2880).prefetch == gemv.GemvConfig().prefetch
+    finally:
+        bench.apply(mini, {}, defaults)
+    assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
+    assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
+    assert gemv.CONFIGS == defaults["gemv"] and "tall_m1" not in gemv.CONFIGS

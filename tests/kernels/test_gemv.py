@@ -166,6 +166,8 @@ GPU_CONFIGS = {
     "dot_reduce": GemvConfig(fixup="reduce"),
     "fma": GemvConfig(kernel="fma", block_n=16, block_k=256, num_warps=4),
     "dot_ragged_k": GemvConfig(block_n=32, block_k=128, num_stages=3),  # 2880 % 128 != 0
+    # every W tile of a program sent to L2 before the PDL wait (more prefetches than tiles)
+    "dot_prefetch_all": GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, prefetch=16),
 }
 
 

@@ -190,6 +190,13 @@ def test_fp16_down_loads_a_step_ahead(moe, tokens, split, repacked):
     assert torch.equal(
         moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config), out
     )
+    # the whole-slice L2 prefetches are accepted (the interpreter skips their inline PTX; the GPU
+    # test below checks the compiled ones)
+    config["gate_up_config"]["PREFETCH_LINES"] = 16
+    config["down_config"] |= {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1}
+    assert torch.equal(
+        moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config), out
+    )
 
 
 @pytest.mark.parametrize(
@@ -787,6 +794,24 @@ def test_gpu_120b_fp16_down_loads_a_step_ahead(experts_120b):
     )
     assert torch.equal(out, without) and torch.equal(out, early)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+@pytest.mark.gpu
+def test_gpu_120b_fp16_whole_slice_prefetches_change_no_bits(experts_120b):
+    """gate_up's PREFETCH_LINES and down's whole-run PREFETCH_WORDS + PREFETCH_SCALES only send
+    lines to L2 (their addresses clamped inside each expert's rows): the same bits as without."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(1, seed=403)
+    experts = _fp16_lanes(experts_120b)
+    args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
+    plain = moe_mxfp4.moe_mxfp4_decode_fp16(*args)
+    prefetched = moe_mxfp4.moe_mxfp4_decode_fp16(
+        *args,
+        gate_up_config=moe_mxfp4.DECODE_FP16_GATE_UP | {"PREFETCH_LINES": 16},
+        down_config=moe_mxfp4.DECODE_FP16_DOWN | {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1},
+    )
+    assert torch.equal(plain, prefetched)
 
 
 def _spy_paths(module, monkeypatch) -> list[str]:
