@@ -17,9 +17,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
-  gate_up_pf_all / down_pf_all / moe_pf_all  the batch-1 MoE GEMVs send each program's whole
-               slice of words and scales to L2 at once (gate_up's PREFETCH_LINES once it has
-               its expert; down's PREFETCH_WORDS / PREFETCH_SCALES before its PDL wait)
+  gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
+               from the router logits and its first words loaded before its PDL wait
+               (DECODE_FP16_GATE_UP's EARLY)
   late_kv      decode attention loads its first key tile after the PDL wait (attention.EARLY_KV off)
   no_prefetch  decode attention's key loop without loading each tile an iteration ahead
                (attention.PREFETCH_NEXT_KV, on by default since the ninth session)
@@ -41,8 +41,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                programs an SM (default 8), *_whole_n1 the FMA kernel with
                one row a program and all of K in one tile, loaded before the PDL wait;
                qkv_pf_all / o_pf_all / dense_pf_all every W tile sent to L2 before the PDL wait
-               (GemvConfig.prefetch 16 instead of 2)
-  all_pf       moe_pf_all and dense_pf_all together
+               (GemvConfig.prefetch 16 instead of 2); qkv_early / o_early / dense_early the
+               tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early)
+  all_early    dense_early and gate_up_early together
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -92,14 +93,9 @@ VARIANTS = {
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
     "sliding_whole": {"sliding_whole": True},
-    # the batch-1 MoE GEMVs send their programs' whole slices to L2 at once (words and scales):
-    # gate_up once it has read its expert, down before its PDL wait
-    "gate_up_pf_all": {"gate_up": {"PREFETCH_LINES": 16}},
-    "down_pf_all": {"down_extra": {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1}},
-    "moe_pf_all": {
-        "gate_up": {"PREFETCH_LINES": 16},
-        "down_extra": {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1},
-    },
+    # gate_up's EARLY: its expert from the router logits and its first words before the PDL wait
+    "gate_up_early": {"gate_up": {"EARLY": 1}},
+    "gate_up_late": {"gate_up": {"EARLY": 0}},
     "ko_norms": {"knockout": "norms"},
     "ko_qkv": {"knockout": "qkv"},
     "ko_attention": {"knockout": "attention"},
@@ -136,8 +132,21 @@ GEMV_VARIANTS = {
     },
 }
 GEMV_VARIANTS["dense_pf_all"] = GEMV_VARIANTS["qkv_pf_all"] | GEMV_VARIANTS["o_pf_all"]
+# the tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early)
+GEMV_VARIANTS |= {
+    "qkv_early": {
+        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, early=True)
+    },
+    "o_early": {
+        "medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, early=True)
+    },
+}
+GEMV_VARIANTS["dense_early"] = GEMV_VARIANTS["qkv_early"] | GEMV_VARIANTS["o_early"]
 VARIANTS.update({name: {"gemv": configs} for name, configs in GEMV_VARIANTS.items()})
-VARIANTS["all_pf"] = VARIANTS["moe_pf_all"] | VARIANTS["dense_pf_all"]
+VARIANTS["all_early"] = {
+    "gemv": GEMV_VARIANTS["dense_early"],
+    "gate_up": {"EARLY": 1},
+}
 PATCHED_OPS = ("rms_norm", "linear", "rope_write_kv_attention", "moe")
 
 
@@ -150,7 +159,8 @@ def _routed_only(moe, with_gate_up: bool, x, logits, experts, top_k, limit, alph
     if with_gate_up:
         inter = experts.gate_up_bias.shape[-1] // 2
         moe_mxfp4._fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, limit, alpha,
-                                moe_mxfp4.act_exponent(limit), moe_mxfp4.DECODE_FP16_GATE_UP)  # fmt: skip
+                                moe_mxfp4.act_exponent(limit), moe_mxfp4.DECODE_FP16_GATE_UP,
+                                logits)  # fmt: skip
     return x
 
 

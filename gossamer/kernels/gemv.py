@@ -84,6 +84,9 @@ class GemvConfig:
     num_stages: int = 4  # W tiles in flight per program (dot kernel)
     programs_per_sm: int = 6  # target of the automatic split
     prefetch: int = 2  # W tiles per program sent to L2 before the PDL wait (dot kernel)
+    early: bool = (
+        False  # the dot kernel loads its first W tile before the PDL wait (the FMA always)
+    )
 
     def __post_init__(self) -> None:
         if self.kernel not in ("dot", "fma") or self.fixup not in ("last", "reduce"):
@@ -309,7 +312,7 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
         ieee = x.dtype == torch.float32
         _gemv_dot_kernel[grid](*args, IEEE_FP32=ieee, BLOCK_M=plan.block_m,
                                num_stages=config.num_stages, PREFETCH=config.prefetch,
-                               **constants)  # fmt: skip
+                               EARLY=config.early, **constants)  # fmt: skip
     if split == SPLIT_REDUCE:
         block = 256
         _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
@@ -418,6 +421,7 @@ def _gemv_dot_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
     PREFETCH: tl.constexpr,  # W tiles sent to L2 before the PDL wait
+    EARLY: tl.constexpr = False,  # the first W tile loaded into registers before the PDL wait
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -438,29 +442,48 @@ def _gemv_dot_kernel(
         # the weights no kernel writes: start their trip from HBM while the previous kernel runs
         for tile in tl.static_range(PREFETCH):
             _prefetch_l2(w_ptr + rows * stride_w + k_begin, tile * BLOCK_K, k_len, BLOCK_K)
+    if EARLY:  # weights: no kernel writes them
+        w_first = _masked_load(w_ptrs, (cols < k_len)[None, :], EVEN_K)
     pdl.wait(PDL)
     rstd = _norm_rstd(x_ptr, res_ptr, tokens * stride_x, K, eps, NORM, HAS_RESIDUAL, NORM_BLOCK)
     owner = token_ids < tl.where(pid_n == 0, M, 0)  # row block 0 stores the K-range outputs
+    x_args = (x_ptr, x_ptrs, x_offsets, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
+              k_begin, cols, rstd, owner, k_len)  # fmt: skip
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    for offset in range(0, k_len, BLOCK_K):
-        in_k = offset + cols < k_len
-        if EVEN_K:
-            w = tl.load(w_ptrs + offset)
-        else:
-            w = tl.load(w_ptrs + offset, mask=in_k[None, :], other=0.0)
-        if NORM:
-            x = _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
-                             x_offsets + offset, k_begin + offset + cols[:, None], rstd[None, :],
-                             in_k[:, None], owner[None, :] & in_k[:, None], HAS_RESIDUAL,
-                             STORE_NORMED, EVEN_K)  # fmt: skip
-        else:
-            x = _masked_load(x_ptrs + offset, in_k[:, None], EVEN_K)
-        if IEEE_FP32:
-            acc = tl.dot(w, x, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(w, x, acc)
+    start = 0
+    if EARLY:  # the first tile peeled off the loop
+        x = _dot_x_tile(x_args, 0, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
+        acc = _dot_acc(w_first, x, acc, IEEE_FP32)
+        start = BLOCK_K
+    for offset in range(start, k_len, BLOCK_K):
+        w = _masked_load(w_ptrs + offset, (offset + cols < k_len)[None, :], EVEN_K)
+        x = _dot_x_tile(x_args, offset, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
+        acc = _dot_acc(w, x, acc, IEEE_FP32)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
             pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+
+
+@triton.jit
+def _dot_x_tile(x_args, offset, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                STORE_NORMED: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    """The dot kernel's x^T tile [BLOCK_K, BLOCK_M] at columns offset.. of its K range: loaded,
+    or with NORM normalised on the way (`_normed_tile`)."""
+    x_ptr, x_ptrs, x_offsets, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, k_begin, cols, \
+        rstd, owner, k_len = x_args  # fmt: skip
+    in_k = offset + cols < k_len
+    if NORM:
+        return _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
+                            x_offsets + offset, k_begin + offset + cols[:, None], rstd[None, :],
+                            in_k[:, None], owner[None, :] & in_k[:, None], HAS_RESIDUAL,
+                            STORE_NORMED, EVEN_K)  # fmt: skip
+    return _masked_load(x_ptrs + offset, in_k[:, None], EVEN_K)
+
+
+@triton.jit
+def _dot_acc(w, x, acc, IEEE_FP32: tl.constexpr):
+    if IEEE_FP32:
+        return tl.dot(w, x, acc, input_precision="ieee")
+    return tl.dot(w, x, acc)
 
 
 @triton.jit

@@ -419,6 +419,19 @@ def _top_k_softmax(logits, expert, ids_ptr, weights_ptr, E: tl.constexpr, E_P2: 
     """Store the TOP_K largest of fp32 logits [E_P2] (-inf past E) as ids (ties: the lower
     expert) and their softmax weights, at ids_ptr[0:TOP_K] and weights_ptr[0:TOP_K]."""
     slot = tl.arange(0, K_P2)
+    top_logits, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2)
+    valid = slot < TOP_K
+    exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
+    tl.store(ids_ptr + slot, top_ids, mask=valid)
+    tl.store(weights_ptr + slot, exps / tl.sum(exps, axis=0), mask=valid)
+
+
+@triton.jit
+def _top_k(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
+           K_P2: tl.constexpr):  # fmt: skip
+    """The TOP_K largest of fp32 logits [E_P2] (-inf past E), largest first -> (logits [K_P2],
+    ids [K_P2]; ties: the lower expert)."""
+    slot = tl.arange(0, K_P2)
     top_logits = tl.full([K_P2], float("-inf"), tl.float32)
     top_ids = tl.zeros([K_P2], tl.int32)
     for k in tl.static_range(TOP_K):
@@ -428,10 +441,19 @@ def _top_k_softmax(logits, expert, ids_ptr, weights_ptr, E: tl.constexpr, E_P2: 
         top_logits = tl.where(slot == k, best, top_logits)
         top_ids = tl.where(slot == k, best_id, top_ids)
         logits = tl.where(expert == best_id, float("-inf"), logits)
-    valid = slot < TOP_K
-    exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
-    tl.store(ids_ptr + slot, top_ids, mask=valid)
-    tl.store(weights_ptr + slot, exps / tl.sum(exps, axis=0), mask=valid)
+    return top_logits, top_ids
+
+
+@triton.jit
+def _routed_expert(logits_row_ptr, k, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
+                   K_P2: tl.constexpr):  # fmt: skip
+    """The expert in slot k of a token's routing, from its logits row as `_route_kernel` reads
+    it (the same top-k: the same id)."""
+    expert = tl.arange(0, E_P2)
+    logits = tl.load(logits_row_ptr + expert, mask=expert < E, other=float("-inf"),
+                     cache_modifier=".cg").to(tl.float32)  # fmt: skip
+    _, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2)
+    return tl.sum(tl.where(tl.arange(0, K_P2) == k, top_ids, 0), axis=0)
 
 
 @triton.jit
@@ -1157,8 +1179,13 @@ def _fp16_gate_up_kernel(
     NUM_STAGES: tl.constexpr = 0,  # 0: register double buffer; >= 2: tl.range pipelining
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
-    PREFETCH_LINES: tl.constexpr = 0,  # > 0: the program's whole slice sent to L2 once the expert
-    # is known, this many 128-byte lines of words per row (see _prefetch_rows; compiled on GPUs)
+    logits_ptr=None,  # [T, E] router logits (EARLY)
+    logits_stride=0,
+    E: tl.constexpr = 1,  # experts (EARLY)
+    E_P2: tl.constexpr = 1,
+    K_P2: tl.constexpr = 1,
+    EARLY: tl.constexpr = 0,  # 1: the expert from the logits and the first step's words, before
+    # the PDL wait (see the comment at the wait)
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1167,32 +1194,38 @@ def _fp16_gate_up_kernel(
     g_lo = pid_k * G // SPLIT_K
     g_hi = (pid_k + 1) * G // SPLIT_K
     token = pair // TOP_K
-    pdl.wait(PDL)
-    expert = tl.load(ids_ptr + pair).to(tl.int64)
-    if PREFETCH_LINES and not _INTERPRETED:  # rows 2j (gate) and 2j + 1 (up): one contiguous run
-        rows = tl.minimum(2 * pid_n * BLOCK_PAIRS + tl.arange(0, 2 * BLOCK_PAIRS), 2 * INTER - 1)
-        _prefetch_rows(words_ptr + expert * (2 * INTER * G * 4), scales_ptr + expert * (2 * INTER * G),
-                       rows, G, g_lo, g_hi, PREFETCH_LINES)  # fmt: skip
-
     j = pid_n * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
     j_ok = j < INTER
     # Words of a step run along one axis (GROUPS_PER_STEP * 4 of them per row), so that a warp's
     # 16-byte loads cover whole runs of a row; they are regrouped per scale group in registers.
     kw = tl.arange(0, GROUPS_PER_STEP * 4)
     gate_rows = 2 * j
-    gate_w_ptrs = (
-        words_ptr
-        + expert * (2 * INTER * G * 4)
-        + gate_rows[:, None] * (G * 4)
-        + (g_lo * 4 + kw)[None, :]
-    )  # [BP, GB * 4]
     step = tl.arange(0, GROUPS_PER_STEP)
-    gate_s_ptrs = (
-        scales_ptr
-        + expert * (2 * INTER * G)
-        + gate_rows[:, None] * G
-        + (g_lo + step)[None, :] * scale_step
-    )  # [BP, GB]
+    w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
+    if EARLY:
+        # NOTE: under PDL this runs while the routing kernel (the previous launch) may still run.
+        # The logits come from the launch before it (the router GEMV), which had finished before
+        # the routing let this kernel start (in its own wait), so they are final; read through L2
+        # (.cg), where that kernel's writes are. The same top-k as the routing's gives the same
+        # expert, and its first weights are on their way before the wait.
+        expert = _routed_expert(logits_ptr + token * logits_stride, pair % TOP_K, E, E_P2, TOP_K,
+                                K_P2).to(tl.int64)  # fmt: skip
+        gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
+                                                 kw, step, scale_step, INTER, G)  # fmt: skip
+        if NUM_STAGES == 0:
+            next_gate = tl.load(gate_w_ptrs, mask=w_mask)
+            next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
+            if not _INTERPRETED:  # the first step's scales to L2 (the step loads them itself)
+                ends = tl.minimum(g_lo + tl.arange(0, 2) * (GROUPS_PER_STEP - 1), g_hi - 1)
+                rows = tl.minimum(gate_rows, 2 * INTER - 2)  # a gate row and its up row
+                first = scales_ptr + expert * (2 * INTER * G) + rows[:, None] * G + ends[None, :]
+                pdl.prefetch_l2(first)
+                pdl.prefetch_l2(first + G)
+    pdl.wait(PDL)
+    if not EARLY:
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
+                                                 kw, step, scale_step, INTER, G)  # fmt: skip
     x_ptrs = x_ptr + token * (H // 2) + (g_lo * 4 + kw)[None, :]  # [1, GB * 4], pair plane 0
     tile: tl.constexpr = (BLOCK_PAIRS, GROUPS_PER_STEP, 4)
 
@@ -1200,9 +1233,9 @@ def _fp16_gate_up_kernel(
     acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
     if NUM_STAGES == 0:
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
-        w_mask = j_ok[:, None] & (g_lo * 4 + kw < g_hi * 4)[None, :]
-        next_gate = tl.load(gate_w_ptrs, mask=w_mask)
-        next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
+        if not EARLY:
+            next_gate = tl.load(gate_w_ptrs, mask=w_mask)
+            next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
         for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
             gate_words = tl.reshape(next_gate, tile)
             up_words = tl.reshape(next_up, tile)
@@ -1242,14 +1275,23 @@ def _fp16_gate_up_kernel(
 
 
 @triton.jit
-def _prefetch_rows(words_base, scales_base, rows, G: tl.constexpr, g_lo, g_hi, LINES: tl.constexpr):
-    """Send groups [g_lo, g_hi) of `rows` (one expert's, from its word and scale bases) to L2:
-    LINES lines of words per row (clamped to the run: LINES >= the run's lines covers it all)
-    and the first and last line of each row's scales. Nothing waits for them."""
-    line = tl.minimum(tl.arange(0, LINES) * 32, (g_hi - g_lo) * 4 - 1)
-    pdl.prefetch_l2(words_base + rows[:, None] * (G * 4) + g_lo * 4 + line[None, :])
-    ends = tl.arange(0, 2) * (g_hi - g_lo - 1)
-    pdl.prefetch_l2(scales_base + rows[:, None] * G + g_lo + ends[None, :])
+def _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo, kw, step, scale_step,
+                  INTER: tl.constexpr, G: tl.constexpr):  # fmt: skip
+    """gate_up's word pointers [BP, GB * 4] and scale pointers [BP, GB] of its first step (the
+    gate rows; each up row follows its gate row)."""
+    w_ptrs = (
+        words_ptr
+        + expert * (2 * INTER * G * 4)
+        + gate_rows[:, None] * (G * 4)
+        + (g_lo * 4 + kw)[None, :]
+    )
+    s_ptrs = (
+        scales_ptr
+        + expert * (2 * INTER * G)
+        + gate_rows[:, None] * G
+        + (g_lo + step)[None, :] * scale_step
+    )
+    return w_ptrs, s_ptrs
 
 
 @triton.jit
@@ -1333,7 +1375,6 @@ def _fp16_down_kernel(
     AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0: 2 loads scales and activations a step ahead
     EARLY: tl.constexpr = 0,  # with AHEAD 2: 1 loads the first step's words and scales before
     # the PDL wait (into registers; the L2 prefetch above covers PREFETCH_WORDS either way)
-    PREFETCH_SCALES: tl.constexpr = 0,  # 1: each (row, expert) run's scales to L2 with the words
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1378,11 +1419,6 @@ def _fp16_down_kernel(
         line = tl.arange(0, PREFETCH_WORDS // 32) * 32  # 32 words: one 128-byte line
         run = words_ptr + expert[None, :, None] * (H * G * 4) + row[:, None, None] * (G * 4)
         pdl.prefetch_l2(run + g_lo * 4 + tl.minimum(line, (g_hi - g_lo) * 4 - 1)[None, None, :])
-        if PREFETCH_SCALES:  # a run's first and last line (a 120b run: 90 bytes)
-            ends = tl.arange(0, 2) * (g_hi - g_lo - 1)
-            s_row = tl.minimum(row, H - 1)
-            s_run = scales_ptr + expert[None, :, None] * (H * G) + s_row[:, None, None] * G
-            pdl.prefetch_l2(s_run + g_lo + ends[None, None, :])
     if EARLY:  # the first step's weight words and scales too (weights: no kernel writes them)
         first = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step, scale_step)
     pdl.wait(PDL)  # the activations come from gate_up
@@ -1532,7 +1568,7 @@ def moe_mxfp4_decode_fp16(
         return out
     ids, route_w, x_h, x_unscale = route_fp16(router_logits, top_k, x)
     _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
-                  swiglu_alpha, gu, dn)  # fmt: skip
+                  swiglu_alpha, gu, dn, router_logits)  # fmt: skip
     return out
 
 
@@ -1563,11 +1599,14 @@ def _fp16_experts(
     swiglu_alpha: float,
     gate_up_config: dict[str, int] | None = None,
     down_config: dict[str, int] | None = None,
+    router_logits: torch.Tensor | None = None,
 ) -> None:
-    """The fp16 GEMV path after the routing: gate_up (+ SwiGLU), then down into out."""
+    """The fp16 GEMV path after the routing: gate_up (+ SwiGLU), then down into out.
+    `router_logits`: the logits the routing kernel (the launch just before) read, for gate_up's
+    EARLY; without them gate_up reads the routing's ids after its wait."""
     act_exp = act_exponent(swiglu_limit)
     act = _fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, swiglu_limit, swiglu_alpha,
-                        act_exp, gate_up_config or DECODE_FP16_GATE_UP)  # fmt: skip
+                        act_exp, gate_up_config or DECODE_FP16_GATE_UP, router_logits)  # fmt: skip
     down = down_config or DECODE_FP16_DOWN
     _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, down)
 
@@ -1587,10 +1626,21 @@ def _fp16_gate_up(
     swiglu_alpha: float,
     act_exp: int,
     config: dict[str, int],
+    router_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """gate_up GEMV (+ the split-K epilogue) -> act [P, I] fp16, pair planes, * 2^act_exp."""
+    """gate_up GEMV (+ the split-K epilogue) -> act [P, I] fp16, pair planes, * 2^act_exp.
+    With config EARLY 1 and `router_logits` (which the routing read), each program finds its
+    expert from the logits before the PDL wait; without logits EARLY is ignored."""
     num_pairs = ids.shape[0]
     split_k = config["SPLIT_K"]
+    early = {}
+    if config.get("EARLY", 0) and router_logits is not None:
+        num_experts = router_logits.shape[1]
+        early = dict(logits_ptr=router_logits, logits_stride=router_logits.stride(0),
+                     E=num_experts, E_P2=triton.next_power_of_2(num_experts),
+                     K_P2=triton.next_power_of_2(top_k))  # fmt: skip
+    else:
+        config = config | {"EARLY": 0}
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     part = None
     if split_k > 1:
@@ -1612,6 +1662,7 @@ def _fp16_gate_up(
         TOP_K=top_k,
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
+        **early,
         **config,
         **pdl.launch_options(x_h.device),
     )

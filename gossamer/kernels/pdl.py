@@ -12,9 +12,11 @@ no kernel writes) overlaps the predecessor.
 The contract every PDL kernel here keeps: no load of activations, caches or metadata and no store
 of any kind before `wait`. Then each kernel's predecessor has finished before it reads or writes,
 and by induction so have all earlier kernels (a kernel launched without PDL is ordered as usual).
-Two exceptions, argued where they are made. (1) The MoE down GEMV reads the routing's expert ids
+Three exceptions, argued where they are made. (1) The MoE down GEMV reads the routing's expert ids
 before its wait. Routing ran two kernels earlier, and gate_up (in between) lets down start only
-after its own wait, so those ids are final; down reads them through L2 (.cg). (2) Decode attention
+after its own wait, so those ids are final; down reads them through L2 (.cg). (2) The same for
+gate_up with EARLY: it reads the router logits, written by the kernel before the routing, and
+picks its expert with the routing's own top-k. (3) Decode attention
 with its fused KV write (attention.EARLY_KV) reads the step's metadata and its first key tile
 before its wait: the metadata was uploaded before the step's first kernel, and the layer's cache
 was last written by earlier steps, except the new token's slot, which that kernel itself writes

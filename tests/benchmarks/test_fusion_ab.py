@@ -81,11 +81,11 @@ def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(ben
     from gossamer.kernels import gemv, moe_mxfp4
 
     try:
-        bench.apply(mini, bench.VARIANTS["all_pf"], defaults)
-        assert moe_mxfp4.DECODE_FP16_GATE_UP["PREFETCH_LINES"] == 16
-        assert moe_mxfp4.DECODE_FP16_DOWN["PREFETCH_WORDS"] == 512
-        assert moe_mxfp4.DECODE_FP16_DOWN["PREFETCH_SCALES"] == 1
-        assert moe_mxfp4.DECODE_FP16_DOWN["EARLY"] == defaults["down"]["EARLY"]
+        bench.apply(mini, bench.VARIANTS["gate_up_early"], defaults)
+        assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"] | {"EARLY": 1}
+        assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
+        bench.apply(mini, bench.VARIANTS["dense_pf_all"], defaults)
+        assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
         assert gemv.CONFIGS["tall_m1"].prefetch == gemv.CONFIGS["medium_m1"].prefetch == 16
         assert gemv.default_config(1, 5120, 2880).prefetch == 16  # QKV at batch 1
         assert gemv.default_config(2, 5120, 2880).prefetch == gemv.GemvConfig().prefetch

@@ -22,6 +22,7 @@ TINY = {
     "dot": GemvConfig(kernel="dot", block_n=16, block_k=32, num_warps=1),
     "dot_reduce": GemvConfig(kernel="dot", block_n=16, block_k=32, fixup="reduce", num_warps=1),
     "dot_no_split": GemvConfig(kernel="dot", block_n=16, block_k=16, split_k=1, num_warps=1),
+    "dot_early": GemvConfig(kernel="dot", block_n=16, block_k=32, num_warps=1, early=True),
     "fma": GemvConfig(kernel="fma", block_n=8, block_k=32, num_warps=1),
     "fma_reduce": GemvConfig(kernel="fma", block_n=8, block_k=32, fixup="reduce", num_warps=1),
     "fma_no_split": GemvConfig(kernel="fma", block_n=8, block_k=16, split_k=1, num_warps=1),
@@ -168,6 +169,7 @@ GPU_CONFIGS = {
     "dot_ragged_k": GemvConfig(block_n=32, block_k=128, num_stages=3),  # 2880 % 128 != 0
     # every W tile of a program sent to L2 before the PDL wait (more prefetches than tiles)
     "dot_prefetch_all": GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, prefetch=16),
+    "dot_early": GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, early=True),
 }
 
 

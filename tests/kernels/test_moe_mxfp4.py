@@ -190,13 +190,6 @@ def test_fp16_down_loads_a_step_ahead(moe, tokens, split, repacked):
     assert torch.equal(
         moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config), out
     )
-    # the whole-slice L2 prefetches are accepted (the interpreter skips their inline PTX; the GPU
-    # test below checks the compiled ones)
-    config["gate_up_config"]["PREFETCH_LINES"] = 16
-    config["down_config"] |= {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1}
-    assert torch.equal(
-        moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config), out
-    )
 
 
 @pytest.mark.parametrize(
@@ -797,21 +790,55 @@ def test_gpu_120b_fp16_down_loads_a_step_ahead(experts_120b):
 
 
 @pytest.mark.gpu
-def test_gpu_120b_fp16_whole_slice_prefetches_change_no_bits(experts_120b):
-    """gate_up's PREFETCH_LINES and down's whole-run PREFETCH_WORDS + PREFETCH_SCALES only send
-    lines to L2 (their addresses clamped inside each expert's rows): the same bits as without."""
+@pytest.mark.parametrize("tokens", [1, 8])
+def test_gpu_120b_fp16_gate_up_routes_early(experts_120b, tokens):
+    """gate_up's EARLY (each program's expert from the router logits and its first words, before
+    the PDL wait, while the routing kernel may still run) on 120b shapes, with ties in the logits:
+    the same bits as gate_up reading the routing's ids."""
     from gossamer.kernels import moe_mxfp4
 
-    x, logits = _inputs_120b(1, seed=403)
+    x, logits = _inputs_120b(tokens, seed=403 + tokens)
+    logits[:, 7] = logits[:, 3] = logits.max() + 1  # a tie for the top slot, broken the same way
     experts = _fp16_lanes(experts_120b)
     args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
-    plain = moe_mxfp4.moe_mxfp4_decode_fp16(*args)
-    prefetched = moe_mxfp4.moe_mxfp4_decode_fp16(
-        *args,
-        gate_up_config=moe_mxfp4.DECODE_FP16_GATE_UP | {"PREFETCH_LINES": 16},
-        down_config=moe_mxfp4.DECODE_FP16_DOWN | {"PREFETCH_WORDS": 512, "PREFETCH_SCALES": 1},
-    )
-    assert torch.equal(plain, prefetched)
+    outs = [
+        moe_mxfp4.moe_mxfp4_decode_fp16(
+            *args, gate_up_config=moe_mxfp4.DECODE_FP16_GATE_UP | {"EARLY": early}
+        )
+        for early in (0, 1)
+    ]
+    assert torch.equal(outs[0], outs[1])
+    _assert_close_120b(outs[1], _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+@pytest.mark.parametrize("tokens,split,stages", [(1, 1, 0), (3, 1, 0), (3, 2, 0), (2, 1, 3)])
+def test_fp16_gate_up_routes_early(moe, tokens, split, stages):
+    """gate_up's EARLY: each program takes its expert from the router logits (the routing's top-k,
+    ties to the lower expert) instead of the routing's ids: the same outputs, bit for bit, with
+    ties in the logits, split-K chunks and both loop forms; ignored where no logits are given."""
+    experts = _experts(8, 160, 96, seed=56)
+    x, logits = _inputs(tokens, 160, 8, seed=57 + tokens)
+    logits[0, 2] = logits[0, 5] = logits[0].max() + 1  # tied for the first slot
+    logits[-1, 6] = logits[-1, 1] = logits[-1].min() - 1  # tied for the last place
+    config = _with_split(TINY_FP16, split, 1)
+    config["gate_up_config"]["NUM_STAGES"] = stages
+    out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    config["gate_up_config"]["EARLY"] = 1
+    early = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    assert torch.equal(early, out)
+    assert _relative_error(early, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+    # wrong logits would pick other experts: the outputs follow the logits, not the ids
+    ids, _, x_h, x_unscale = moe.route_fp16(logits, 4, x)
+    inter = experts.gate_up_bias.shape[-1] // 2
+    act_exp = moe.act_exponent(LIMIT)
+    gate_up = config["gate_up_config"]
+    acts = [
+        moe._fp16_gate_up(
+            x_h, x_unscale, ids, experts, inter, 4, LIMIT, ALPHA, act_exp, gate_up, router_logits
+        )  # fmt: skip
+        for router_logits in (logits, None, -logits)
+    ]
+    assert torch.equal(acts[0], acts[1]) and not torch.equal(acts[0], acts[2])
 
 
 def _spy_paths(module, monkeypatch) -> list[str]:

@@ -28,6 +28,7 @@ TINY = {
     "dot": GemvConfig(kernel="dot", block_n=16, block_k=32, num_warps=1),
     "dot_reduce": GemvConfig(kernel="dot", block_n=16, block_k=32, fixup="reduce", num_warps=1),
     "dot_no_split": GemvConfig(kernel="dot", block_n=16, block_k=16, split_k=1, num_warps=1),
+    "dot_early": GemvConfig(kernel="dot", block_n=16, block_k=32, num_warps=1, early=True),
     "fma": GemvConfig(kernel="fma", block_n=8, block_k=32, num_warps=1),
     "fma_no_split": GemvConfig(kernel="fma", block_n=8, block_k=16, split_k=1, num_warps=1),
     "fma_whole": GemvConfig(kernel="fma", block_n=1, block_k=WHOLE_K, num_warps=1),  # the router's
