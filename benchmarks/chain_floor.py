@@ -1,0 +1,197 @@
+"""How fast a batch-1 decode step could be as a chain of separate kernels: the bytes of each
+kernel of a real step, read by a plain streaming kernel, one launch per kernel, chained with PDL
+in one CUDA graph. The gap between that and the byte floor is what the kernel boundaries cost on
+their own; the gap between it and the model's step is what the real kernels add.
+
+    python benchmarks/chain_floor.py [--models gpt-oss-20b,gpt-oss-120b] [--context 1024]
+                                     [--json PATH]
+
+Per layer the step's kernels are (decode_speed.step_bytes counts the same bytes): the attention
+norm, QKV, attention over the KV cache, O, the MoE norm, the router, the routing, gate_up (top-k
+experts), down; then the final norm and the unembedding. Modes:
+  one     one kernel reading every byte of the step (the streaming rate, no boundaries)
+  big     one kernel per weight matrix (QKV, attention's KV, O, router, gate_up, down, unembed)
+  all     big plus a one-program kernel for each small step (norms, routing, sampling)
+  -<kind> all without the kernels of one kind (-qkv, -gate_up, -small, ...), on all's best grid:
+          the kind's marginal cost in the chain, to set beside fusion_ab.py's knock-outs
+Each streaming kernel loads its first tile before its PDL wait and the rest after (as the model's
+kernels do with their weights); each program reads a contiguous run. The table gives the best of a
+few grid shapes (programs per SM x tile), the ms per step and the kernels per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from timing import copy_bandwidth, graph_seconds_per_call
+
+from gossamer.config import ModelConfig
+from gossamer.kernels import pdl
+from gossamer.presets import preset
+
+SMALL_BYTES = 16 << 10  # a one-program kernel: the norms, the routing, the sampling
+
+
+@dataclass(frozen=True)
+class Segment:
+    name: str
+    nbytes: int
+
+
+def step_segments(cfg: ModelConfig, context: int, small: bool = True) -> list[Segment]:
+    """The kernels of one batch-1 decode step and the bytes each reads (the small ones, with
+    `small`, as SMALL_BYTES each)."""
+    hidden, inter, experts = cfg.hidden_size, cfg.intermediate_size, cfg.num_local_experts
+    expert_bytes = (2 * inter * hidden, hidden * inter)  # gate_up, down: e2m1 + e8m0 per 32
+    tiny = [Segment("small", SMALL_BYTES)] if small else []
+    segments = []
+    for layer in range(cfg.num_hidden_layers):
+        seen = min(context, cfg.sliding_window) if cfg.is_sliding(layer) else context
+        segments += tiny + [
+            Segment("qkv", 2 * hidden * (cfg.q_size + 2 * cfg.kv_size)),
+            Segment("attention", 2 * seen * cfg.kv_size * 2),
+            Segment("o", 2 * cfg.q_size * hidden),
+        ]
+        segments += tiny + [Segment("router", 2 * hidden * experts)] + tiny
+        segments += [
+            Segment(name, round(cfg.num_experts_per_tok * size * (0.5 + 1 / 32)))
+            for name, size in zip(("gate_up", "down"), expert_bytes, strict=True)
+        ]
+    return segments + tiny + [Segment("unembed", 2 * cfg.vocab_size * hidden)] + tiny
+
+
+@triton.jit
+def _stream_kernel(src, out, num_words, words_per_program, BLOCK: tl.constexpr,
+                   NUM_STAGES: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """Program p adds up words [p * words_per_program, +words_per_program) of src (int32, wrapping)
+    into out[p]: the first BLOCK before the PDL wait, the rest after."""
+    pid = tl.program_id(0)
+    first = pid.to(tl.int64) * words_per_program
+    end = tl.minimum(first + words_per_program, num_words)
+    lanes = tl.arange(0, BLOCK)
+    acc = tl.load(src + first + lanes, mask=first + lanes < end, other=0)
+    pdl.wait(PDL)
+    for offset in tl.range(BLOCK, words_per_program, BLOCK, num_stages=NUM_STAGES):
+        at = first + offset + lanes
+        acc += tl.load(src + at, mask=at < end, other=0)
+    tl.store(out + pid, tl.sum(acc, axis=0))
+
+
+@dataclass(frozen=True)
+class Grid:
+    programs_per_sm: int
+    block: int  # int32 words per tile
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def launch_plan(nbytes: int, grid: Grid, num_sms: int) -> tuple[int, int]:
+    """(programs, words per program, a multiple of the tile) for a segment of nbytes: one program
+    for small segments, else up to programs_per_sm * num_sms, each at least one tile."""
+    words = math.ceil(nbytes / 4)
+    if nbytes <= SMALL_BYTES:
+        return 1, triton.cdiv(words, grid.block) * grid.block
+    programs = min(grid.programs_per_sm * num_sms, triton.cdiv(words, grid.block))
+    per_program = triton.cdiv(triton.cdiv(words, programs), grid.block) * grid.block
+    return triton.cdiv(words, per_program), per_program
+
+
+def stream(src: torch.Tensor, out: torch.Tensor, grid: Grid, num_sms: int) -> None:
+    """Launch _stream_kernel over all of src (int32) with the plan for its size."""
+    programs, per_program = launch_plan(src.numel() * 4, grid, num_sms)
+    _stream_kernel[(programs,)](src, out, src.numel(), per_program, BLOCK=grid.block,
+                                NUM_STAGES=grid.num_stages, num_warps=grid.num_warps,
+                                **pdl.launch_options(src.device))  # fmt: skip
+
+
+def chain_calls(segments: list[Segment], grid: Grid, device: torch.device) -> list:
+    """One launch per segment, each over its own buffer (so that nothing is read from L2)."""
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    out = torch.empty(max(launch_plan(s.nbytes, grid, num_sms)[0] for s in segments),
+                      dtype=torch.int32, device=device)  # fmt: skip
+    calls = []
+    for segment in segments:
+        src = torch.ones(math.ceil(segment.nbytes / 4), dtype=torch.int32, device=device)
+        calls.append(lambda src=src: stream(src, out, grid, num_sms))
+    return calls
+
+
+GRIDS = [Grid(4, 1024), Grid(8, 1024), Grid(8, 512), Grid(16, 512), Grid(8, 2048)]
+
+
+def chain_ms(segments: list[Segment], grid: Grid, device: torch.device) -> float:
+    """ms per step of the chain in one CUDA graph."""
+    calls = chain_calls(segments, grid, device)
+    seconds = len(calls) * graph_seconds_per_call(calls, repeats=20)
+    del calls
+    torch.cuda.empty_cache()
+    return 1e3 * seconds
+
+
+def measure(cfg: ModelConfig, context: int, device: torch.device) -> dict[str, dict]:
+    """Each mode's best ms per step over GRIDS, with the grid and the kernel count; then, on the
+    best grid of "all", the chain without each kind of kernel ("-qkv", ...): that kind's marginal
+    cost, as fusion_ab.py's knock-outs measure it in the model's graph."""
+    every = step_segments(cfg, context)
+    modes = {
+        "one": [Segment("step", sum(s.nbytes for s in every))],
+        "big": step_segments(cfg, context, small=False),
+        "all": every,
+    }
+    results = {}
+    for mode, segments in modes.items():
+        times = {grid: chain_ms(segments, grid, device) for grid in GRIDS}
+        best = min(times, key=times.get)
+        results[mode] = {"ms": times[best], "kernels": len(segments),
+                         "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
+                         "all_grids_ms": list(times.values())}  # fmt: skip
+    best = Grid(**results["all"]["grid"])
+    for name in dict.fromkeys(s.name for s in every):
+        kept = [s for s in every if s.name != name]
+        results[f"-{name}"] = {"ms": chain_ms(kept, best, device), "kernels": len(kept),
+                               "bytes": sum(s.nbytes for s in kept), "grid": vars(best),
+                               "all_grids_ms": []}  # fmt: skip
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="gpt-oss-20b,gpt-oss-120b")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    bandwidth = copy_bandwidth()
+    print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s")
+    rows = []
+    for name in args.models.split(","):
+        cfg = preset(name)
+        for mode, result in measure(cfg, args.context, device).items():
+            floor_ms = 1e3 * result["bytes"] / bandwidth
+            rows.append({"model": name, "mode": mode, "floor_ms": floor_ms, **result})
+            print(f"{name:13} {mode:10} {result['ms']:7.3f} ms  {result['kernels']:4} kernels  "
+                  f"floor {floor_ms:.3f} ms  grid {result['grid']}  all "
+                  f"{' '.join(f'{t:.3f}' for t in result['all_grids_ms'])}", flush=True)  # fmt: skip
+        by_mode = {r["mode"]: r for r in rows if r["model"] == name}
+        extra = by_mode["all"]["ms"] - by_mode["one"]["ms"]
+        print(
+            f"{name}: kernel boundaries cost {extra:.3f} ms a step "
+            f"({1e3 * extra / by_mode['all']['kernels']:.2f} us a kernel)"
+        )
+    if args.json:
+        meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                "triton": triton.__version__, "python": platform.python_version(),
+                "copy_tb_s": bandwidth / 1e12, "context": args.context}  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

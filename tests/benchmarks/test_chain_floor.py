@@ -1,0 +1,71 @@
+"""benchmarks/chain_floor.py: the step's kernels and their bytes, and the streaming kernel's sums."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gossamer.presets import preset
+from gossamer.testing import REPO_ROOT
+from tests.benchmarks.conftest import BENCHMARKS
+
+
+@pytest.fixture
+def chain(benchmark_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it imports timing; the test imports decode_speed
+    yield benchmark_script("chain_floor")
+    sys.modules.pop("timing", None)
+    sys.modules.pop("decode_speed", None)
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gpt-oss-120b"])
+@pytest.mark.parametrize("context", [1, 1024, 8192])
+def test_segments_read_the_bytes_of_a_batch_1_step(chain, name, context):
+    import decode_speed
+
+    cfg = preset(name)
+    big = chain.step_segments(cfg, context, small=False)
+    assert sum(s.nbytes for s in big) == pytest.approx(decode_speed.step_bytes(cfg, 1, context))
+    every = chain.step_segments(cfg, context)
+    # per layer: two norms and the routing (small), QKV, attention, O, router, gate_up, down;
+    # then the final norm, the unembedding and the sampling
+    assert len(every) == 9 * cfg.num_hidden_layers + 3
+    assert len(every) - len(big) == 3 * cfg.num_hidden_layers + 2
+
+
+@pytest.mark.parametrize("nbytes", [4, 60, 16 << 10, (16 << 10) + 4, 10_000_004])
+def test_launch_plans_cover_every_word_once(chain, nbytes):
+    grid = chain.Grid(programs_per_sm=8, block=1024)
+    programs, per_program = chain.launch_plan(nbytes, grid, num_sms=132)
+    words = -(-nbytes // 4)
+    assert per_program % grid.block == 0
+    assert (programs - 1) * per_program < words <= programs * per_program
+    assert programs == 1 if nbytes <= chain.SMALL_BYTES else programs <= 8 * 132
+
+
+STREAM_CHECK = """
+import torch
+import chain_floor as chain
+grid = chain.Grid(programs_per_sm=2, block=64, num_warps=1, num_stages=2)
+programs, per_program = chain.launch_plan(chain.SMALL_BYTES + 4, grid, 3)
+src = torch.randint(-1000, 1000, (programs * per_program - 17,), dtype=torch.int32)
+out = torch.zeros(programs, dtype=torch.int32)
+chain.stream(src, out, grid, num_sms=3)
+expected = [int(run.sum()) for run in src.split(per_program)]
+assert programs > 1 and out.tolist() == expected, (out.tolist(), expected)
+print("ok", programs)
+"""
+
+
+def test_stream_kernel_sums_each_programs_run():
+    """The streaming kernel, interpreted in a fresh process (Triton picks interpreter or compiler
+    at its first import; this test process may have made that choice already)."""
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(BENCHMARKS)]))  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", STREAM_CHECK], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok ")
