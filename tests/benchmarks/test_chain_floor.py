@@ -49,7 +49,7 @@ def test_launch_plans_cover_every_word_once(chain, nbytes):
 STREAM_CHECK = """
 import torch
 import chain_floor as chain
-grid = chain.Grid(programs_per_sm=2, block=64, num_warps=1, num_stages=2)
+grid = chain.Grid(programs_per_sm=2, block=64, num_warps=1)
 programs, per_program = chain.launch_plan(chain.SMALL_BYTES + 4, grid, 3)
 src = torch.randint(-1000, 1000, (programs * per_program - 17,), dtype=torch.int32)
 out = torch.zeros(programs, dtype=torch.int32)
