@@ -42,7 +42,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                one row a program and all of K in one tile, loaded before the PDL wait;
                qkv_pf_all / o_pf_all / dense_pf_all every W tile sent to L2 before the PDL wait
                (GemvConfig.prefetch 16 instead of 2); qkv_early / o_early / dense_early the
-               tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early)
+               tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early);
+               qkv_<rows>x<cols>w<warps>p<programs an SM> / o_... wider tensor-core tiles
+               (WIDE_TILES)
   all_early    dense_early and gate_up_early together
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
@@ -142,6 +144,17 @@ GEMV_VARIANTS |= {
     },
 }
 GEMV_VARIANTS["dense_early"] = GEMV_VARIANTS["qkv_early"] | GEMV_VARIANTS["o_early"]
+# Wider programs (more warps, bigger tiles, fewer programs an SM) for QKV and O at batch 1:
+# chain_floor.py's streaming chain ran fastest with 4 programs an SM of 8 warps and 16 KB tiles,
+# where these GEMVs run 8 one-warp programs an SM with 2 KB tiles. Named <proj>_<rows>x<cols>
+# w<warps>p<programs an SM>.
+WIDE_TILES = [(32, 64, 2, 4), (64, 64, 4, 4), (64, 64, 4, 2), (32, 128, 4, 4), (64, 128, 4, 2),
+              (128, 64, 8, 2)]  # fmt: skip
+for _proj, _key in (("qkv", "tall_m1"), ("o", "medium_m1")):
+    for _n, _k, _w, _p in WIDE_TILES:
+        GEMV_VARIANTS[f"{_proj}_{_n}x{_k}w{_w}p{_p}"] = {
+            _key: gemv.GemvConfig(block_n=_n, block_k=_k, num_warps=_w, programs_per_sm=_p)
+        }
 VARIANTS.update({name: {"gemv": configs} for name, configs in GEMV_VARIANTS.items()})
 VARIANTS["all_early"] = {
     "gemv": GEMV_VARIANTS["dense_early"],
