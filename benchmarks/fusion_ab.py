@@ -44,7 +44,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                (GemvConfig.prefetch 16 instead of 2); qkv_early / o_early / dense_early the
                tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early);
                qkv_<rows>x<cols>w<warps>p<programs an SM> / o_... wider tensor-core tiles
-               (WIDE_TILES)
+               (WIDE_TILES); qkv_reduce / o_reduce the split partials added by a reduce
+               kernel; qkv_whole_k_s8 no split, 8 tiles in flight
   all_early    dense_early and gate_up_early together
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
@@ -144,6 +145,18 @@ GEMV_VARIANTS |= {
     },
 }
 GEMV_VARIANTS["dense_early"] = GEMV_VARIANTS["qkv_early"] | GEMV_VARIANTS["o_early"]
+# the split partials added by a reduce kernel instead of the last program to arrive; no split
+GEMV_VARIANTS |= {
+    "qkv_reduce": {
+        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, fixup="reduce")
+    },
+    "o_reduce": {
+        "medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, fixup="reduce")
+    },
+    "qkv_whole_k_s8": {
+        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, split_k=1, num_stages=8)
+    },
+}
 # Wider programs (more warps, bigger tiles, fewer programs an SM) for QKV and O at batch 1:
 # chain_floor.py's streaming chain ran fastest with 4 programs an SM of 8 warps and 16 KB tiles,
 # where these GEMVs run 8 one-warp programs an SM with 2 KB tiles. Named <proj>_<rows>x<cols>
