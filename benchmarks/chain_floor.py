@@ -12,6 +12,8 @@ experts), down; then the final norm and the unembedding. Modes:
   one     one kernel reading every byte of the step (the streaming rate, no boundaries)
   big     one kernel per weight matrix (QKV, attention's KV, O, router, gate_up, down, unembed)
   all     big plus a one-program kernel for each small step (norms, routing, sampling)
+  big_tiled / all_tiled  big / all on all's best grid with QKV and O read as the batch-1 GEMV
+          tiles them (16 rows x 128 bytes a tile, one-warp programs, split K: _tiled_kernel)
   -<kind> all without the kernels of one kind (-qkv, -gate_up, -small, ...), on all's best grid:
           the kind's marginal cost in the chain, to set beside fusion_ab.py's knock-outs
 Each streaming kernel loads its first tile before its PDL wait and the rest after (as the model's
@@ -43,6 +45,7 @@ SMALL_BYTES = 16 << 10  # a one-program kernel: the norms, the routing, the samp
 class Segment:
     name: str
     nbytes: int
+    shape: tuple[int, int] | None = None  # a bf16 weight's [out, in] (the dense projections)
 
 
 def step_segments(cfg: ModelConfig, context: int, small: bool = True) -> list[Segment]:
@@ -54,10 +57,11 @@ def step_segments(cfg: ModelConfig, context: int, small: bool = True) -> list[Se
     segments = []
     for layer in range(cfg.num_hidden_layers):
         seen = min(context, cfg.sliding_window) if cfg.is_sliding(layer) else context
+        qkv = (cfg.q_size + 2 * cfg.kv_size, hidden)
         segments += tiny + [
-            Segment("qkv", 2 * hidden * (cfg.q_size + 2 * cfg.kv_size)),
+            Segment("qkv", 2 * qkv[0] * qkv[1], qkv),
             Segment("attention", 2 * seen * cfg.kv_size * 2),
-            Segment("o", 2 * cfg.q_size * hidden),
+            Segment("o", 2 * cfg.q_size * hidden, (hidden, cfg.q_size)),
         ]
         segments += tiny + [Segment("router", 2 * hidden * experts)] + tiny
         segments += [
@@ -88,6 +92,53 @@ def _stream_kernel(src, out, num_words, words_per_program, BLOCK: tl.constexpr,
     tl.store(out + pid, tl.sum(acc, axis=0))
 
 
+@triton.jit
+def _tiled_kernel(src, out, num_rows, row_words, words_per_split, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """The batch-1 GEMV's reads without its arithmetic: program (n, k) adds up rows
+    [n * BLOCK_N, +BLOCK_N) of src [num_rows, row_words] (int32) over its K split, in tiles of
+    BLOCK_N rows x BLOCK_K words (one 128-byte line of each row at BLOCK_K 32), two in flight,
+    the first before the PDL wait."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    row_ids = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.minimum(row_ids, num_rows - 1).to(tl.int64)  # clamped: loaded, then left out
+    begin = pid_k * words_per_split
+    end = tl.minimum(begin + words_per_split, row_words)
+    cols = tl.arange(0, BLOCK_K)
+    ptrs = src + rows[:, None] * row_words + begin + cols[None, :]
+    upcoming = tl.load(ptrs, mask=(begin + cols < end)[None, :], other=0)
+    pdl.wait(PDL)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.int32)
+    for offset in range(BLOCK_K, words_per_split + BLOCK_K, BLOCK_K):
+        tile = upcoming
+        upcoming = tl.load(ptrs + offset, mask=(begin + offset + cols < end)[None, :], other=0)
+        acc += tile
+    acc = tl.where((row_ids < num_rows)[:, None], acc, 0)
+    tl.store(out + pid_n * tl.num_programs(1) + pid_k, tl.sum(tl.sum(acc, axis=1), axis=0))
+
+
+TILE_ROWS, TILE_WORDS, TILE_PROGRAMS_PER_SM = 16, 32, 8  # gemv.CONFIGS["tall"] at batch 1
+
+
+def tiled_plan(rows: int, row_words: int, num_sms: int) -> tuple[int, int, int]:
+    """(row blocks, K splits, words per split) as gemv.plan_gemv splits the batch-1 QKV / O."""
+    row_blocks = triton.cdiv(rows, TILE_ROWS)
+    k_blocks = triton.cdiv(row_words, TILE_WORDS)
+    split = max(1, min(triton.cdiv(TILE_PROGRAMS_PER_SM * num_sms, row_blocks), k_blocks // 2))
+    per_split = triton.cdiv(k_blocks, split)
+    return row_blocks, triton.cdiv(k_blocks, per_split), per_split * TILE_WORDS
+
+
+def stream_tiled(src: torch.Tensor, out: torch.Tensor, num_sms: int) -> None:
+    """Launch _tiled_kernel over src [rows, row_words] (int32) as the GEMV would tile it."""
+    rows, row_words = src.shape
+    row_blocks, splits, per_split = tiled_plan(rows, row_words, num_sms)
+    _tiled_kernel[(row_blocks, splits)](src, out, rows, row_words, per_split, BLOCK_N=TILE_ROWS,
+                                        BLOCK_K=TILE_WORDS, num_warps=1,
+                                        **pdl.launch_options(src.device))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Grid:
     programs_per_sm: int
@@ -113,13 +164,20 @@ def stream(src: torch.Tensor, out: torch.Tensor, grid: Grid, num_sms: int) -> No
                                 num_warps=grid.num_warps, **pdl.launch_options(src.device))  # fmt: skip
 
 
-def chain_calls(segments: list[Segment], grid: Grid, device: torch.device) -> list:
-    """One launch per segment, each over its own buffer (so that nothing is read from L2)."""
+def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
+                tiled: bool = False) -> list:  # fmt: skip
+    """One launch per segment, each over its own buffer (so that nothing is read from L2); with
+    `tiled`, segments with a shape are read in the GEMV's row-block tiles (_tiled_kernel)."""
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    out = torch.empty(max(launch_plan(s.nbytes, grid, num_sms)[0] for s in segments),
+    out = torch.empty(max(launch_plan(s.nbytes, grid, num_sms)[0] for s in segments) + 8192,
                       dtype=torch.int32, device=device)  # fmt: skip
     calls = []
     for segment in segments:
+        if tiled and segment.shape is not None:
+            rows, cols = segment.shape
+            src = torch.ones(rows, cols // 2, dtype=torch.int32, device=device)  # bf16 pairs
+            calls.append(lambda src=src: stream_tiled(src, out, num_sms))
+            continue
         # whole 64-byte runs: the JIT then knows the length divisible by 16 and the loads vectorize
         src = torch.ones(16 * math.ceil(segment.nbytes / 64), dtype=torch.int32, device=device)
         calls.append(lambda src=src: stream(src, out, grid, num_sms))
@@ -129,9 +187,10 @@ def chain_calls(segments: list[Segment], grid: Grid, device: torch.device) -> li
 GRIDS = [Grid(4, 2048), Grid(8, 1024), Grid(8, 2048), Grid(16, 1024), Grid(4, 4096, num_warps=8)]
 
 
-def chain_ms(segments: list[Segment], grid: Grid, device: torch.device) -> float:
+def chain_ms(segments: list[Segment], grid: Grid, device: torch.device,
+             tiled: bool = False) -> float:  # fmt: skip
     """ms per step of the chain in one CUDA graph."""
-    calls = chain_calls(segments, grid, device)
+    calls = chain_calls(segments, grid, device, tiled)
     seconds = len(calls) * graph_seconds_per_call(calls, repeats=20)
     del calls
     torch.cuda.empty_cache()
@@ -156,6 +215,12 @@ def measure(cfg: ModelConfig, context: int, device: torch.device) -> dict[str, d
                          "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
                          "all_grids_ms": list(times.values())}  # fmt: skip
     best = Grid(**results["all"]["grid"])
+    for mode in ("big", "all"):  # QKV and O read as the GEMV tiles them, the rest as before
+        segments = modes[mode]
+        results[f"{mode}_tiled"] = {"ms": chain_ms(segments, best, device, tiled=True),
+                                    "kernels": len(segments),
+                                    "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
+                                    "all_grids_ms": []}  # fmt: skip
     for name in dict.fromkeys(s.name for s in every):
         kept = [s for s in every if s.name != name]
         results[f"-{name}"] = {"ms": chain_ms(kept, best, device), "kernels": len(kept),

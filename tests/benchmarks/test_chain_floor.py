@@ -56,6 +56,13 @@ out = torch.zeros(programs, dtype=torch.int32)
 chain.stream(src, out, grid, num_sms=3)
 expected = [int(run.sum()) for run in src.split(per_program)]
 assert programs > 1 and out.tolist() == expected, (out.tolist(), expected)
+src = torch.randint(-1000, 1000, (37, 100), dtype=torch.int32)  # 3 row blocks, a ragged split
+out = torch.zeros(64, dtype=torch.int32)
+row_blocks, splits, per_split = chain.tiled_plan(37, 100, 1)
+chain.stream_tiled(src, out, num_sms=1)
+expected = [int(src[n * 16:(n + 1) * 16, k * per_split:(k + 1) * per_split].sum())
+            for n in range(row_blocks) for k in range(splits)]
+assert splits > 1 and out[: row_blocks * splits].tolist() == expected
 print("ok", programs)
 """
 
@@ -69,3 +76,23 @@ def test_stream_kernel_sums_each_programs_run():
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok ")
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gpt-oss-120b"])
+def test_tiled_reads_split_qkv_and_o_as_the_gemv_does(chain, name):
+    from gossamer.kernels import gemv
+
+    shaped = [s for s in chain.step_segments(preset(name), 1024) if s.shape is not None]
+    assert {s.name for s in shaped} == {"qkv", "o"}
+    for segment in shaped[:2]:
+        rows, cols = segment.shape
+        assert segment.nbytes == 2 * rows * cols
+        plan = gemv.plan_gemv(1, rows, cols, 132)
+        assert (
+            plan.config.block_n == chain.TILE_ROWS and plan.config.block_k == 2 * chain.TILE_WORDS
+        )
+        assert chain.tiled_plan(rows, cols // 2, 132) == (
+            plan.row_blocks,
+            plan.split_k,
+            plan.k_per_split // 2,
+        )
