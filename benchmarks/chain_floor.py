@@ -14,6 +14,8 @@ experts), down; then the final norm and the unembedding. Modes:
   all     big plus a one-program kernel for each small step (norms, routing, sampling)
   big_tiled / all_tiled  big / all on all's best grid with QKV and O read as the batch-1 GEMV
           tiles them (16 rows x 128 bytes a tile, one-warp programs, split K: _tiled_kernel)
+  big_packed / all_packed  the same tiles and grid from a weight repacked tile by tile (each
+          2 KB tile contiguous, a program's tiles one after another)
   -<kind> all without the kernels of one kind (-qkv, -gate_up, -small, ...), on all's best grid:
           the kind's marginal cost in the chain, to set beside fusion_ab.py's knock-outs
 Each streaming kernel loads its first tile before its PDL wait and the rest after (as the model's
@@ -24,6 +26,7 @@ few grid shapes (programs per SM x tile), the ms per step and the kernels per st
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import platform
@@ -94,11 +97,13 @@ def _stream_kernel(src, out, num_words, words_per_program, BLOCK: tl.constexpr,
 
 @triton.jit
 def _tiled_kernel(src, out, num_rows, row_words, words_per_split, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+                  BLOCK_K: tl.constexpr, PDL: tl.constexpr, PACKED: tl.constexpr = False):  # fmt: skip
     """The batch-1 GEMV's reads without its arithmetic: program (n, k) adds up rows
     [n * BLOCK_N, +BLOCK_N) of src [num_rows, row_words] (int32) over its K split, in tiles of
     BLOCK_N rows x BLOCK_K words (one 128-byte line of each row at BLOCK_K 32), two in flight,
-    the first before the PDL wait."""
+    the first before the PDL wait. PACKED: the same tiles, as if the weight were repacked so that
+    each tile is one contiguous run and a program's tiles follow each other (src then holds the
+    packed words; the sums are of other words, the bytes and the grid are the same)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     row_ids = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -106,13 +111,21 @@ def _tiled_kernel(src, out, num_rows, row_words, words_per_split, BLOCK_N: tl.co
     begin = pid_k * words_per_split
     end = tl.minimum(begin + words_per_split, row_words)
     cols = tl.arange(0, BLOCK_K)
-    ptrs = src + rows[:, None] * row_words + begin + cols[None, :]
+    if PACKED:  # tile t of this program at (program * words_per_split + t * BLOCK_K) * BLOCK_N
+        program = pid_n.to(tl.int64) * tl.num_programs(1) + pid_k
+        local = tl.arange(0, BLOCK_N)[:, None] * BLOCK_K + cols[None, :]
+        ptrs = src + program * words_per_split * BLOCK_N + local
+        step = BLOCK_N  # words of the packed buffer per word of a row
+    else:
+        ptrs = src + rows[:, None] * row_words + begin + cols[None, :]
+        step = 1
     upcoming = tl.load(ptrs, mask=(begin + cols < end)[None, :], other=0)
     pdl.wait(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.int32)
     for offset in range(BLOCK_K, words_per_split + BLOCK_K, BLOCK_K):
         tile = upcoming
-        upcoming = tl.load(ptrs + offset, mask=(begin + offset + cols < end)[None, :], other=0)
+        upcoming = tl.load(ptrs + offset * step, mask=(begin + offset + cols < end)[None, :],
+                           other=0)  # fmt: skip
         acc += tile
     acc = tl.where((row_ids < num_rows)[:, None], acc, 0)
     tl.store(out + pid_n * tl.num_programs(1) + pid_k, tl.sum(tl.sum(acc, axis=1), axis=0))
@@ -130,12 +143,14 @@ def tiled_plan(rows: int, row_words: int, num_sms: int) -> tuple[int, int, int]:
     return row_blocks, triton.cdiv(k_blocks, per_split), per_split * TILE_WORDS
 
 
-def stream_tiled(src: torch.Tensor, out: torch.Tensor, num_sms: int) -> None:
-    """Launch _tiled_kernel over src [rows, row_words] (int32) as the GEMV would tile it."""
+def stream_tiled(src: torch.Tensor, out: torch.Tensor, num_sms: int, packed: bool = False) -> None:
+    """Launch _tiled_kernel over src [rows, row_words] (int32) as the GEMV would tile it; with
+    `packed`, src is read as the tile-contiguous repack of such a weight (see _tiled_kernel: it
+    must then hold row blocks x splits x TILE_ROWS x words per split words)."""
     rows, row_words = src.shape
     row_blocks, splits, per_split = tiled_plan(rows, row_words, num_sms)
     _tiled_kernel[(row_blocks, splits)](src, out, rows, row_words, per_split, BLOCK_N=TILE_ROWS,
-                                        BLOCK_K=TILE_WORDS, num_warps=1,
+                                        BLOCK_K=TILE_WORDS, PACKED=packed, num_warps=1,
                                         **pdl.launch_options(src.device))  # fmt: skip
 
 
@@ -165,9 +180,10 @@ def stream(src: torch.Tensor, out: torch.Tensor, grid: Grid, num_sms: int) -> No
 
 
 def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
-                tiled: bool = False) -> list:  # fmt: skip
+                tiled: str | None = None) -> list:  # fmt: skip
     """One launch per segment, each over its own buffer (so that nothing is read from L2); with
-    `tiled`, segments with a shape are read in the GEMV's row-block tiles (_tiled_kernel)."""
+    `tiled` ("rows" or "packed"), segments with a shape are read in the GEMV's row-block tiles
+    (_tiled_kernel), from the weight as it is or repacked tile by tile."""
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     out = torch.empty(max(launch_plan(s.nbytes, grid, num_sms)[0] for s in segments) + 8192,
                       dtype=torch.int32, device=device)  # fmt: skip
@@ -176,7 +192,12 @@ def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
         if tiled and segment.shape is not None:
             rows, cols = segment.shape
             src = torch.ones(rows, cols // 2, dtype=torch.int32, device=device)  # bf16 pairs
-            calls.append(lambda src=src: stream_tiled(src, out, num_sms))
+            if tiled == "packed":  # whole tiles: the ragged ends padded (< 1% more bytes)
+                row_blocks, splits, per_split = tiled_plan(rows, cols // 2, num_sms)
+                packed = torch.ones(row_blocks * splits * TILE_ROWS * per_split,
+                                    dtype=torch.int32, device=device)  # fmt: skip
+                src = packed.as_strided(src.shape, src.stride())  # the shape for the plan
+            calls.append(lambda src=src: stream_tiled(src, out, num_sms, tiled == "packed"))
             continue
         # whole 64-byte runs: the JIT then knows the length divisible by 16 and the loads vectorize
         src = torch.ones(16 * math.ceil(segment.nbytes / 64), dtype=torch.int32, device=device)
@@ -188,7 +209,7 @@ GRIDS = [Grid(4, 2048), Grid(8, 1024), Grid(8, 2048), Grid(16, 1024), Grid(4, 40
 
 
 def chain_ms(segments: list[Segment], grid: Grid, device: torch.device,
-             tiled: bool = False) -> float:  # fmt: skip
+             tiled: str | None = None) -> float:  # fmt: skip
     """ms per step of the chain in one CUDA graph."""
     calls = chain_calls(segments, grid, device, tiled)
     seconds = len(calls) * graph_seconds_per_call(calls, repeats=20)
@@ -215,12 +236,12 @@ def measure(cfg: ModelConfig, context: int, device: torch.device) -> dict[str, d
                          "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
                          "all_grids_ms": list(times.values())}  # fmt: skip
     best = Grid(**results["all"]["grid"])
-    for mode in ("big", "all"):  # QKV and O read as the GEMV tiles them, the rest as before
-        segments = modes[mode]
-        results[f"{mode}_tiled"] = {"ms": chain_ms(segments, best, device, tiled=True),
-                                    "kernels": len(segments),
-                                    "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
-                                    "all_grids_ms": []}  # fmt: skip
+    for mode, tiled in itertools.product(("big", "all"), ("rows", "packed")):
+        segments = modes[mode]  # QKV and O read as the GEMV tiles them, the rest as before
+        name = f"{mode}_tiled" if tiled == "rows" else f"{mode}_packed"
+        results[name] = {"ms": chain_ms(segments, best, device, tiled), "kernels": len(segments),
+                         "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
+                         "all_grids_ms": []}  # fmt: skip
     for name in dict.fromkeys(s.name for s in every):
         kept = [s for s in every if s.name != name]
         results[f"-{name}"] = {"ms": chain_ms(kept, best, device), "kernels": len(kept),

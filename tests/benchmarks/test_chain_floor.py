@@ -63,6 +63,13 @@ chain.stream_tiled(src, out, num_sms=1)
 expected = [int(src[n * 16:(n + 1) * 16, k * per_split:(k + 1) * per_split].sum())
             for n in range(row_blocks) for k in range(splits)]
 assert splits > 1 and out[: row_blocks * splits].tolist() == expected
+padded = torch.zeros(row_blocks * 16, splits * per_split, dtype=torch.int32)
+padded[:37, :100] = src  # the repack: tile t of program (n, k) is one run of 16 x 32 words
+tiles = padded.view(row_blocks, 16, splits, per_split // 32, 32).permute(0, 2, 3, 1, 4)
+packed = tiles.contiguous().flatten()
+out.zero_()
+chain.stream_tiled(packed.as_strided(src.shape, src.stride()), out, 1, packed=True)
+assert out[: row_blocks * splits].tolist() == expected
 print("ok", programs)
 """
 
