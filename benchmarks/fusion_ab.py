@@ -17,6 +17,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
+  packed       QKV and O read from tile-packed copies of their weights (gemv.USE_PACKED,
+               weights.pack_dense_for_gpu: each program's tiles one contiguous run)
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
                (DECODE_FP16_GATE_UP's EARLY)
@@ -71,7 +73,7 @@ from timing import copy_bandwidth
 from gossamer.kernels import attention, gemv, moe_mxfp4
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
-from gossamer.model.weights import set_experts_layout
+from gossamer.model.weights import pack_dense_for_gpu, set_experts_layout
 from gossamer.runner.model_runner import ModelRunner
 
 # In this order, so that the experts are repacked twice per round (each repack of 120b's 57 GB of
@@ -96,6 +98,8 @@ VARIANTS = {
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
     "sliding_whole": {"sliding_whole": True},
+    # QKV and O read from tile-packed copies (gemv.USE_PACKED; registered once per model)
+    "packed": {"packed": True},
     # gate_up's EARLY: its expert from the router logits and its first words before the PDL wait
     "gate_up_early": {"gate_up": {"EARLY": 1}},
     "gate_up_late": {"gate_up": {"EARLY": 0}},
@@ -249,6 +253,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
                                   | variant.get("down_extra", {}))  # fmt: skip
     moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | variant.get("gate_up", {})
     knock_out(model, variant.get("knockout"))
+    gemv.USE_PACKED = variant.get("packed", defaults["packed"])
     gemv.CONFIGS = defaults["gemv"] | variant.get("gemv", {})
     gemv.plan_gemv.cache_clear()  # plans of the default configs are cached by shape
 
@@ -307,7 +312,7 @@ def current_defaults() -> dict:
             "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
             "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
             "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
-            "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP,
+            "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 
 
@@ -319,6 +324,9 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     model, cfg = loaded.model, loaded.config
     defaults = current_defaults()
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
+    if any(VARIANTS[v].get("packed") for v in chosen):
+        gemv.clear_packed()  # a previous model's
+        print(f"packed copies of {pack_dense_for_gpu(model)} QKV / O weights")
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)
     else:

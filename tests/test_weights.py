@@ -172,3 +172,30 @@ def test_repacked_experts_keep_logits_and_save_in_the_published_layout(tmp_path)
     for name, tensor in hf_state_dict(packed):
         if name.endswith("_blocks"):
             assert torch.equal(tensor, published[name]), name
+
+
+def test_pack_dense_for_gpu_registers_qkv_and_o_in_their_plans_tiles():
+    """Each QKV / O weight whose batch-1 plan is a tensor-core tile gets a tile-packed copy of
+    exactly that tile (gemv.USE_PACKED then reads it); the rest keep only the row-major weight."""
+    from gossamer.kernels import gemv
+    from gossamer.model.weights import pack_dense_for_gpu
+
+    model = load_model("gossamer/models/gpt-oss-mini", load_format="dummy", dtype="float32").model
+    gemv.clear_packed()
+    try:
+        expected = []
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj):
+                config = gemv.default_config(1, *proj.weight.shape)
+                if config.kernel == "dot":
+                    expected.append((proj.weight, config))
+        assert pack_dense_for_gpu(model) == len(expected) > 0
+        assert len(gemv._PACKED) == len(expected)
+        for weight, config in expected:
+            packed = gemv._PACKED[weight.data_ptr()]
+            assert packed.source() is weight
+            assert torch.equal(
+                packed.tiles, gemv.pack_tiles(weight, config.block_n, config.block_k)
+            )
+    finally:
+        gemv.clear_packed()

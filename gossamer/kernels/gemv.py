@@ -23,6 +23,13 @@ Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..
 overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
 The pure-torch twin is torch.nn.functional.linear.
 
+Tile-packed weights (off by default; GOSSAMER_PACKED_GEMV=1, `USE_PACKED`): `register_packed`
+keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a row block's tiles
+follow each other in K order (`pack_tiles`), so that each program of a split reads one run instead
+of BLOCK_N rows' 128-byte pieces (benchmarks/chain_floor.py: that read pattern costs ~0.12 ms a 20b
+batch-1 step). A dot-kernel plan with the copy's tile reads it (PACKED constexpr); cuBLAS and other
+tiles read W.
+
 `norm_linear` runs the residual add + RMSNorm that feeds a projection (QKV, the MoE router) in the
 GEMV's prologue (NORM constexpr): a separate norm launch is 2-3 us at batch 1, twice per layer. After
 the PDL wait every program reads the whole rows of x (+ residual) for the rows' 1/rms, then builds
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
@@ -217,6 +225,48 @@ def gemv(
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
+USE_PACKED = os.environ.get("GOSSAMER_PACKED_GEMV", "0") == "1"  # read registered packed copies
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    tiles: torch.Tensor  # [row blocks, K tiles, block_n, block_k], zero past W's rows and columns
+    source: weakref.ref  # the W it copies: another tensor later at the same address is not W
+
+
+_PACKED: dict[int, PackedWeight] = {}  # by the data pointer of the W they copy
+
+
+def pack_tiles(weight: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:
+    """W [N, K] -> [cdiv(N, block_n), cdiv(K, block_k), block_n, block_k]: tile (n, t) is rows
+    n * block_n.. and columns t * block_k.. of W, zero past its edges."""
+    rows, cols = weight.shape
+    row_blocks, k_tiles = triton.cdiv(rows, block_n), triton.cdiv(cols, block_k)
+    padded = weight.new_zeros(row_blocks * block_n, k_tiles * block_k)
+    padded[:rows, :cols] = weight
+    return padded.view(row_blocks, block_n, k_tiles, block_k).transpose(1, 2).contiguous()
+
+
+def register_packed(weight: torch.Tensor, block_n: int, block_k: int) -> None:
+    """Keep a tile-packed copy of weight (a parameter that lives as long as the model) for plans
+    with this tile to read when USE_PACKED is on."""
+    tiles = pack_tiles(weight.detach(), block_n, block_k)
+    _PACKED[weight.data_ptr()] = PackedWeight(tiles, weakref.ref(weight))
+
+
+def clear_packed() -> None:
+    _PACKED.clear()
+
+
+def _packed_tiles(weight: torch.Tensor, plan: GemvPlan) -> torch.Tensor | None:
+    """The registered packed copy of weight that this plan can read, if any."""
+    packed = _PACKED.get(weight.data_ptr()) if USE_PACKED else None
+    if packed is None or plan.config.kernel != "dot" or packed.source() is not weight:
+        return None
+    tile = (plan.config.block_n, plan.config.block_k)
+    return packed.tiles if tuple(packed.tiles.shape[2:]) == tile else None
+
+
 @dataclass(frozen=True)
 class NormPrologue:
     """The residual add + RMSNorm in front of a GEMV (TorchOps.rms_norm's arithmetic)."""
@@ -290,7 +340,9 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
     counters = _counters(x.device) if split == SPLIT_LAST else out
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight
-    args = (x, weight, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
+    packed = _packed_tiles(weight, plan)
+    w_arg = weight if packed is None else packed
+    args = (x, w_arg, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
             x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split,
             *_prologue_args(x, prologue))  # fmt: skip
     tile_rows = 1 if config.kernel == "fma" else plan.block_m
@@ -312,7 +364,8 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
         ieee = x.dtype == torch.float32
         _gemv_dot_kernel[grid](*args, IEEE_FP32=ieee, BLOCK_M=plan.block_m,
                                num_stages=config.num_stages, PREFETCH=config.prefetch,
-                               EARLY=config.early, **constants)  # fmt: skip
+                               EARLY=config.early, PACKED=packed is not None,
+                               **constants)  # fmt: skip
     if split == SPLIT_REDUCE:
         block = 256
         _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
@@ -422,6 +475,7 @@ def _gemv_dot_kernel(
     PDL: tl.constexpr,
     PREFETCH: tl.constexpr,  # W tiles sent to L2 before the PDL wait
     EARLY: tl.constexpr = False,  # the first W tile loaded into registers before the PDL wait
+    PACKED: tl.constexpr = False,  # w_ptr is pack_tiles(W, BLOCK_N, BLOCK_K): tiles are runs
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -434,16 +488,24 @@ def _gemv_dot_kernel(
     k_begin = pid_k * k_per_split
     k_len = tl.minimum(K - k_begin, k_per_split)
     cols = tl.arange(0, BLOCK_K)
-    w_ptrs = w_ptr + rows[:, None] * stride_w + k_begin + cols[None, :]  # [BLOCK_N, BLOCK_K]
+    if PACKED:  # tile (pid_n, k_begin / BLOCK_K) and the next ones: one run; no masks (zeros)
+        tile_rows = tl.arange(0, BLOCK_N)
+        first_tile = pid_n.to(tl.int64) * tl.cdiv(K, BLOCK_K) + k_begin // BLOCK_K
+        w_rows = w_ptr + first_tile * (BLOCK_N * BLOCK_K) + tile_rows * BLOCK_K  # [BLOCK_N]
+        W_STEP: tl.constexpr = BLOCK_N  # W elements per column of the split
+    else:
+        w_rows = w_ptr + rows * stride_w + k_begin
+        W_STEP: tl.constexpr = 1
+    w_ptrs = w_rows[:, None] + cols[None, :]  # [BLOCK_N, BLOCK_K]
     x_ptrs = x_ptr + tokens[None, :] * stride_x + k_begin + cols[:, None]  # x^T [BLOCK_K, BLOCK_M]
     # (NORM) x^T and the K-range outputs; not folded into x_ptrs, whose SASS then changes
     x_offsets = tokens[None, :] * stride_x + k_begin + cols[:, None]
     if PDL:
         # the weights no kernel writes: start their trip from HBM while the previous kernel runs
         for tile in tl.static_range(PREFETCH):
-            _prefetch_l2(w_ptr + rows * stride_w + k_begin, tile * BLOCK_K, k_len, BLOCK_K)
+            _prefetch_l2(w_rows, tile * BLOCK_K * W_STEP, k_len * W_STEP, BLOCK_K)
     if EARLY:  # weights: no kernel writes them
-        w_first = _masked_load(w_ptrs, (cols < k_len)[None, :], EVEN_K)
+        w_first = _masked_load(w_ptrs, (cols < k_len)[None, :], EVEN_K or PACKED)
     pdl.wait(PDL)
     rstd = _norm_rstd(x_ptr, res_ptr, tokens * stride_x, K, eps, NORM, HAS_RESIDUAL, NORM_BLOCK)
     owner = token_ids < tl.where(pid_n == 0, M, 0)  # row block 0 stores the K-range outputs
@@ -456,7 +518,8 @@ def _gemv_dot_kernel(
         acc = _dot_acc(w_first, x, acc, IEEE_FP32)
         start = BLOCK_K
     for offset in range(start, k_len, BLOCK_K):
-        w = _masked_load(w_ptrs + offset, (offset + cols < k_len)[None, :], EVEN_K)
+        w = _masked_load(w_ptrs + offset * W_STEP, (offset + cols < k_len)[None, :],
+                         EVEN_K or PACKED)  # fmt: skip
         x = _dot_x_tile(x_args, offset, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
         acc = _dot_acc(w, x, acc, IEEE_FP32)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,

@@ -15,6 +15,7 @@ from gossamer.model.weights import (
     init_dummy_weights,
     is_mxfp4_checkpoint,
     load_checkpoint,
+    pack_dense_for_gpu,
     repack_experts_for_gpu,
 )
 from gossamer.ops import get_ops
@@ -82,4 +83,12 @@ def load_model(
         load_checkpoint(net, checkpoint)
     if mxfp4_module.REPACK_FOR_GPU and backend.name == "triton" and net.device.type == "cuda":
         repack_experts_for_gpu(net)
+    if backend.name == "triton" and net.device.type == "cuda" and _packed_gemv():
+        pack_dense_for_gpu(net)
     return LoadedModel(net, config, checkpoint)
+
+
+def _packed_gemv() -> bool:
+    from gossamer.kernels import gemv  # the kernels load only where they run
+
+    return gemv.USE_PACKED

@@ -220,6 +220,22 @@ def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
     return set_experts_layout(model, mxfp4.LAYOUT_FP16_LANES)
 
 
+def pack_dense_for_gpu(model: GptOssForCausalLM) -> int:
+    """Register a tile-packed copy of every QKV and O weight for the batch-1 GEMV (gemv.USE_PACKED:
+    each program's tiles one contiguous run), in the tile of its default plan; returns how many.
+    The row-major weights stay: cuBLAS and other tiles read them."""
+    from gossamer.kernels import gemv
+
+    packed = 0
+    for layer in model.model.layers:
+        for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj):
+            config = gemv.default_config(1, *proj.weight.shape)
+            if config.kernel == "dot" and config.block_k != gemv.WHOLE_K:
+                gemv.register_packed(proj.weight, config.block_n, config.block_k)
+                packed += 1
+    return packed
+
+
 def set_experts_layout(model: GptOssForCausalLM, layout: str) -> int:
     """Repack every MXFP4 expert's blocks in place to `layout` (both directions are bit
     permutations); returns how many expert modules changed."""

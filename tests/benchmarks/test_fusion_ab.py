@@ -84,7 +84,10 @@ def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(ben
         bench.apply(mini, bench.VARIANTS["gate_up_early"], defaults)
         assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"] | {"EARLY": 1}
         assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
+        bench.apply(mini, bench.VARIANTS["packed"], defaults)
+        assert gemv.USE_PACKED and not defaults["packed"]
         bench.apply(mini, bench.VARIANTS["dense_pf_all"], defaults)
+        assert not gemv.USE_PACKED
         assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
         assert gemv.CONFIGS["tall_m1"].prefetch == gemv.CONFIGS["medium_m1"].prefetch == 16
         assert gemv.default_config(1, 5120, 2880).prefetch == 16  # QKV at batch 1

@@ -8,6 +8,8 @@ the decode projections of gpt-oss-120b in bf16, and a CUDA-graph replay of the s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,6 +92,49 @@ def test_fixups_add_splits_in_the_same_order(gemv, kernel):
     assert torch.equal(last, reduced)
     assert not gemv._counters(x.device).any()
     assert torch.equal(gemv.gemv(x, weight, bias, TINY[kernel]), last)  # a second launch agrees
+
+
+def test_pack_tiles_puts_each_tile_in_one_run(gemv):
+    weight = torch.randn(37, 100)
+    tiles = gemv.pack_tiles(weight, 16, 32)
+    assert tiles.shape == (3, 4, 16, 32) and tiles.is_contiguous()
+    assert torch.equal(tiles[1, 2], weight[16:32, 64:96])
+    assert torch.equal(tiles[2, 3, :5, :4], weight[32:, 96:]) and not tiles[2, 3, 5:].any()
+    assert torch.equal(tiles.transpose(1, 2).reshape(48, 128)[:37, :100], weight)
+
+
+@pytest.fixture
+def packed_on(gemv, monkeypatch):
+    monkeypatch.setattr(gemv, "USE_PACKED", True)
+    yield gemv
+    gemv.clear_packed()
+
+
+@pytest.mark.parametrize("config", ["dot", "dot_reduce", "dot_no_split", "dot_early"])
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_plans_read_the_packed_copy_with_their_tile(packed_on, config, m):
+    """A registered packed copy gives the same bits (the same tiles in the same order; the padding
+    is zeros where the row-major path masks); it is what the kernel reads (a copy of another weight
+    registered in its place gives that weight's outputs); other tiles and USE_PACKED off ignore it."""
+    gemv = packed_on
+    x, weight, bias = _problem(m, 70, 200, torch.float32, seed=m + 40)
+    other = torch.randn_like(weight)
+    plain = gemv.gemv(x, weight, bias, TINY[config])
+    tile = (TINY[config].block_n, TINY[config].block_k)
+    gemv.register_packed(weight, *tile)
+    assert torch.equal(gemv.gemv(x, weight, bias, TINY[config]), plain)
+    stand_in = gemv.PackedWeight(
+        gemv.pack_tiles(other, *tile), gemv._PACKED[weight.data_ptr()].source
+    )
+    gemv._PACKED[weight.data_ptr()] = stand_in
+    assert torch.equal(gemv.gemv(x, weight, bias, TINY[config]),
+                       gemv.gemv(x, other, bias, TINY[config]))  # fmt: skip
+    wider = replace(TINY[config], block_k=2 * tile[1])  # another tile: W itself is read
+    assert torch.equal(gemv.gemv(x, weight, bias, wider), gemv.gemv(x, weight.clone(), bias, wider))
+    fma = gemv.gemv(x[:1], weight, bias, TINY["fma"])
+    torch.testing.assert_close(fma, plain[:1], atol=2e-5, rtol=2e-5)
+    gemv.USE_PACKED = False
+    assert torch.equal(gemv.gemv(x, weight, bias, TINY[config]), plain)
 
 
 @pytest.mark.parametrize("n,k", [(70, 200), (5, 256), (3, 1000)])
@@ -190,6 +235,25 @@ def test_gpu_gpt_oss_projections_bf16(name, n, k, m):
     x, weight, bias = _problem(m, n, k, torch.bfloat16, seed=n + m, device="cuda")
     bias = None if name == "unembedding" else bias
     _check_bf16(compiled.gemv(x, weight, bias), x, weight, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("name,n,k", GPT_OSS_SHAPES[:2])
+def test_gpu_packed_qkv_and_o_give_the_same_bits(name, n, k, m, monkeypatch):
+    """QKV and O read from their tile-packed copies (gemv.USE_PACKED) in their default plans: the
+    same tiles in the same order, so the same bits as the row-major weight."""
+    from gossamer.kernels import gemv as compiled
+
+    x, weight, bias = _problem(m, n, k, torch.bfloat16, seed=n + m + 1, device="cuda")
+    plain = compiled.gemv(x, weight, bias)
+    config = compiled.default_config(m, n, k)
+    monkeypatch.setattr(compiled, "USE_PACKED", True)
+    compiled.register_packed(weight, config.block_n, config.block_k)
+    try:
+        assert torch.equal(compiled.gemv(x, weight, bias), plain)
+    finally:
+        compiled.clear_packed()
 
 
 @pytest.mark.gpu
