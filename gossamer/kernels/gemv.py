@@ -92,9 +92,7 @@ class GemvConfig:
     num_stages: int = 4  # W tiles in flight per program (dot kernel)
     programs_per_sm: int = 6  # target of the automatic split
     prefetch: int = 2  # W tiles per program sent to L2 before the PDL wait (dot kernel)
-    early: bool = (
-        False  # the dot kernel loads its first W tile before the PDL wait (the FMA always)
-    )
+    early: bool = False  # the dot kernel's first W tile loaded before the PDL wait (FMA: always)
 
     def __post_init__(self) -> None:
         if self.kernel not in ("dot", "fma") or self.fixup not in ("last", "reduce"):
