@@ -18,7 +18,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
   packed       QKV and O read from tile-packed copies of their weights (gemv.USE_PACKED,
-               weights.pack_dense_for_gpu: each program's tiles one contiguous run)
+               weights.pack_dense_for_gpu: each program's tiles one contiguous run);
+               packed_<rows>x<cols>w<warps>p<programs an SM> the same on wider tiles (both)
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
                (DECODE_FP16_GATE_UP's EARLY)
@@ -173,6 +174,15 @@ for _proj, _key in (("qkv", "tall_m1"), ("o", "medium_m1")):
             _key: gemv.GemvConfig(block_n=_n, block_k=_k, num_warps=_w, programs_per_sm=_p)
         }
 VARIANTS.update({name: {"gemv": configs} for name, configs in GEMV_VARIANTS.items()})
+# Packed QKV and O on wider tiles (each its own packed copy): the streaming chain's best grid was
+# 4 programs an SM of 8 warps with 16 KB tiles; row-major, wider tiles lost (WIDE_TILES).
+PACKED_WIDE_TILES = [(64, 64, 4, 4), (64, 128, 4, 4), (128, 64, 8, 4), (64, 128, 8, 2)]
+for _n, _k, _w, _p in PACKED_WIDE_TILES:
+    _config = gemv.GemvConfig(block_n=_n, block_k=_k, num_warps=_w, programs_per_sm=_p)
+    VARIANTS[f"packed_{_n}x{_k}w{_w}p{_p}"] = {
+        "packed": True, "pack_tiles": [(_n, _k)],
+        "gemv": {"tall_m1": _config, "medium_m1": _config},
+    }  # fmt: skip
 VARIANTS["all_early"] = {
     "gemv": GEMV_VARIANTS["dense_early"],
     "gate_up": {"EARLY": 1},
@@ -326,7 +336,8 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
     if any(VARIANTS[v].get("packed") for v in chosen):
         gemv.clear_packed()  # a previous model's
-        print(f"packed copies of {pack_dense_for_gpu(model)} QKV / O weights")
+        tiles = {tuple(t) for v in chosen for t in VARIANTS[v].get("pack_tiles", [])}
+        print(f"{pack_dense_for_gpu(model, tuple(sorted(tiles)))} packed copies of QKV / O weights")
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)
     else:

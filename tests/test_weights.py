@@ -192,7 +192,7 @@ def test_pack_dense_for_gpu_registers_qkv_and_o_in_their_plans_tiles():
         assert pack_dense_for_gpu(model) == len(expected) > 0
         assert len(gemv._PACKED) == len(expected)
         for weight, config in expected:
-            packed = gemv._PACKED[weight.data_ptr()]
+            packed = gemv._PACKED[weight.data_ptr(), config.block_n, config.block_k]
             assert packed.source() is weight
             assert torch.equal(
                 packed.tiles, gemv.pack_tiles(weight, config.block_n, config.block_k)

@@ -232,7 +232,7 @@ class PackedWeight:
     source: weakref.ref  # the W it copies: another tensor later at the same address is not W
 
 
-_PACKED: dict[int, PackedWeight] = {}  # by the data pointer of the W they copy
+_PACKED: dict[tuple[int, int, int], PackedWeight] = {}  # by W's data pointer and the tile
 
 
 def pack_tiles(weight: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:
@@ -249,7 +249,7 @@ def register_packed(weight: torch.Tensor, block_n: int, block_k: int) -> None:
     """Keep a tile-packed copy of weight (a parameter that lives as long as the model) for plans
     with this tile to read when USE_PACKED is on."""
     tiles = pack_tiles(weight.detach(), block_n, block_k)
-    _PACKED[weight.data_ptr()] = PackedWeight(tiles, weakref.ref(weight))
+    _PACKED[weight.data_ptr(), block_n, block_k] = PackedWeight(tiles, weakref.ref(weight))
 
 
 def clear_packed() -> None:
@@ -258,11 +258,10 @@ def clear_packed() -> None:
 
 def _packed_tiles(weight: torch.Tensor, plan: GemvPlan) -> torch.Tensor | None:
     """The registered packed copy of weight that this plan can read, if any."""
-    packed = _PACKED.get(weight.data_ptr()) if USE_PACKED else None
-    if packed is None or plan.config.kernel != "dot" or packed.source() is not weight:
+    if not USE_PACKED or plan.config.kernel != "dot":
         return None
-    tile = (plan.config.block_n, plan.config.block_k)
-    return packed.tiles if tuple(packed.tiles.shape[2:]) == tile else None
+    packed = _PACKED.get((weight.data_ptr(), plan.config.block_n, plan.config.block_k))
+    return packed.tiles if packed is not None and packed.source() is weight else None
 
 
 @dataclass(frozen=True)

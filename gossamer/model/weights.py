@@ -220,9 +220,10 @@ def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
     return set_experts_layout(model, mxfp4.LAYOUT_FP16_LANES)
 
 
-def pack_dense_for_gpu(model: GptOssForCausalLM) -> int:
+def pack_dense_for_gpu(model: GptOssForCausalLM, tiles: tuple[tuple[int, int], ...] = ()) -> int:
     """Register a tile-packed copy of every QKV and O weight for the batch-1 GEMV (gemv.USE_PACKED:
-    each program's tiles one contiguous run), in the tile of its default plan; returns how many.
+    each program's tiles one contiguous run), in the tile of its default plan and in each of
+    `tiles` (rows, columns: for configs tried in benchmarks); returns how many copies.
     The row-major weights stay: cuBLAS and other tiles read them."""
     from gossamer.kernels import gemv
 
@@ -230,8 +231,11 @@ def pack_dense_for_gpu(model: GptOssForCausalLM) -> int:
     for layer in model.model.layers:
         for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj):
             config = gemv.default_config(1, *proj.weight.shape)
+            wanted = set(tiles)
             if config.kernel == "dot" and config.block_k != gemv.WHOLE_K:
-                gemv.register_packed(proj.weight, config.block_n, config.block_k)
+                wanted.add((config.block_n, config.block_k))
+            for block_n, block_k in sorted(wanted):
+                gemv.register_packed(proj.weight, block_n, block_k)
                 packed += 1
     return packed
 

@@ -86,6 +86,9 @@ def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(ben
         assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
         bench.apply(mini, bench.VARIANTS["packed"], defaults)
         assert gemv.USE_PACKED and not defaults["packed"]
+        bench.apply(mini, bench.VARIANTS["packed_64x128w4p4"], defaults)
+        assert gemv.USE_PACKED and gemv.default_config(1, 5120, 2880).block_n == 64
+        assert gemv.default_config(1, 2880, 4096).block_k == 128
         bench.apply(mini, bench.VARIANTS["dense_pf_all"], defaults)
         assert not gemv.USE_PACKED
         assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]

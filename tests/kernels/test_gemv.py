@@ -123,14 +123,16 @@ def test_plans_read_the_packed_copy_with_their_tile(packed_on, config, m):
     tile = (TINY[config].block_n, TINY[config].block_k)
     gemv.register_packed(weight, *tile)
     assert torch.equal(gemv.gemv(x, weight, bias, TINY[config]), plain)
-    stand_in = gemv.PackedWeight(
-        gemv.pack_tiles(other, *tile), gemv._PACKED[weight.data_ptr()].source
-    )
-    gemv._PACKED[weight.data_ptr()] = stand_in
+    key = (weight.data_ptr(), *tile)
+    gemv._PACKED[key] = gemv.PackedWeight(gemv.pack_tiles(other, *tile), gemv._PACKED[key].source)
     assert torch.equal(gemv.gemv(x, weight, bias, TINY[config]),
                        gemv.gemv(x, other, bias, TINY[config]))  # fmt: skip
-    wider = replace(TINY[config], block_k=2 * tile[1])  # another tile: W itself is read
-    assert torch.equal(gemv.gemv(x, weight, bias, wider), gemv.gemv(x, weight.clone(), bias, wider))
+    wider = replace(TINY[config], block_k=2 * tile[1])  # another tile: W itself is read...
+    wide_plain = gemv.gemv(x, weight.clone(), bias, wider)
+    assert torch.equal(gemv.gemv(x, weight, bias, wider), wide_plain)
+    gemv.register_packed(weight, tile[0], 2 * tile[1])  # ...until that tile has its own copy
+    assert torch.equal(gemv.gemv(x, weight, bias, wider), wide_plain)
+    assert len(gemv._PACKED) == 2
     fma = gemv.gemv(x[:1], weight, bias, TINY["fma"])
     torch.testing.assert_close(fma, plain[:1], atol=2e-5, rtol=2e-5)
     gemv.USE_PACKED = False
@@ -238,20 +240,24 @@ def test_gpu_gpt_oss_projections_bf16(name, n, k, m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("m", [1, 8])
 @pytest.mark.parametrize("name,n,k", GPT_OSS_SHAPES[:2])
-def test_gpu_packed_qkv_and_o_give_the_same_bits(name, n, k, m, monkeypatch):
-    """QKV and O read from their tile-packed copies (gemv.USE_PACKED) in their default plans: the
-    same tiles in the same order, so the same bits as the row-major weight."""
+def test_gpu_packed_qkv_and_o_give_the_same_bits(name, n, k, m, wide, monkeypatch):
+    """QKV and O read from their tile-packed copies (gemv.USE_PACKED) in their default plans, or
+    on a wide tile (64 x 128, 4 warps): the same tiles in the same order, so the same bits as the
+    row-major weight."""
     from gossamer.kernels import gemv as compiled
 
     x, weight, bias = _problem(m, n, k, torch.bfloat16, seed=n + m + 1, device="cuda")
-    plain = compiled.gemv(x, weight, bias)
     config = compiled.default_config(m, n, k)
+    if wide:
+        config = GemvConfig(block_n=64, block_k=128, num_warps=4, programs_per_sm=4)
+    plain = compiled.gemv(x, weight, bias, config)
     monkeypatch.setattr(compiled, "USE_PACKED", True)
     compiled.register_packed(weight, config.block_n, config.block_k)
     try:
-        assert torch.equal(compiled.gemv(x, weight, bias), plain)
+        assert torch.equal(compiled.gemv(x, weight, bias, config), plain)
     finally:
         compiled.clear_packed()
 
