@@ -65,6 +65,7 @@ import os
 import platform
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 import triton
@@ -117,50 +118,40 @@ VARIANTS = {
 # Batch-1 GEMV tiles tried inside the graph (the sweeps in gemv_sweep.py time kernels alone).
 _WHOLE = dict(kernel="fma", block_k=gemv.WHOLE_K, num_warps=4)
 _QKV_FMA = gemv.GemvConfig(kernel="fma", block_n=4, block_k=512, num_warps=2, programs_per_sm=8)
+# the default batch-1 QKV / O tiles ("tall" / "medium": 16 x 64, one warp) with one change
+_QKV = functools.partial(replace, gemv.CONFIGS["tall"])
+_O = functools.partial(replace, gemv.CONFIGS["medium"])
 GEMV_VARIANTS = {
     # the batch-1 defaults before 2026-12-04: QKV on the FMA kernel, the router split along K
     "qkv_fma": {"tall_m1": _QKV_FMA},
     "router_dot": {"narrow_m1": gemv.CONFIGS["narrow"]},
     "old_gemv": {"tall_m1": _QKV_FMA, "narrow_m1": gemv.CONFIGS["narrow"]},
+    # (these four as measured on 2026-12-04: 6 programs an SM, GemvConfig's default)
     "qkv_dot_k128": {"tall_m1": gemv.GemvConfig(block_n=16, block_k=128, num_warps=1)},
     "qkv_dot_s8": {"tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, num_stages=8)},
-    "qkv_ppsm4": {"tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=4)},
-    "qkv_ppsm16": {"tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=16)},
-    "o_ppsm4": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=4)},
-    "o_ppsm16": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=16)},
+    "qkv_ppsm4": {"tall_m1": _QKV(programs_per_sm=4)},
+    "qkv_ppsm16": {"tall_m1": _QKV(programs_per_sm=16)},
+    "o_ppsm4": {"medium_m1": _O(programs_per_sm=4)},
+    "o_ppsm16": {"medium_m1": _O(programs_per_sm=16)},
     "o_whole_n1": {"medium_m1": gemv.GemvConfig(block_n=1, **_WHOLE)},
     "o_dot_k128": {"medium_m1": gemv.GemvConfig(block_n=16, block_k=128, num_warps=1)},
     "o_dot_s8": {"medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, num_stages=8)},
     # every W tile of a program sent to L2 before the PDL wait (16 >= its tiles; default 2)
-    "qkv_pf_all": {
-        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, prefetch=16)
-    },
-    "o_pf_all": {
-        "medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, prefetch=16)
-    },
+    "qkv_pf_all": {"tall_m1": _QKV(prefetch=16)},
+    "o_pf_all": {"medium_m1": _O(prefetch=16)},
 }
 GEMV_VARIANTS["dense_pf_all"] = GEMV_VARIANTS["qkv_pf_all"] | GEMV_VARIANTS["o_pf_all"]
 # the tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early)
 GEMV_VARIANTS |= {
-    "qkv_early": {
-        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, early=True)
-    },
-    "o_early": {
-        "medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, early=True)
-    },
+    "qkv_early": {"tall_m1": _QKV(early=True)},
+    "o_early": {"medium_m1": _O(early=True)},
 }
 GEMV_VARIANTS["dense_early"] = GEMV_VARIANTS["qkv_early"] | GEMV_VARIANTS["o_early"]
 # the split partials added by a reduce kernel instead of the last program to arrive; no split
 GEMV_VARIANTS |= {
-    "qkv_reduce": {
-        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, fixup="reduce")
-    },
-    "o_reduce": {
-        "medium_m1": gemv.GemvConfig(block_n=16, num_warps=1, programs_per_sm=8, fixup="reduce")
-    },
-    "qkv_whole_k_s8": {
-        "tall_m1": gemv.GemvConfig(block_n=16, num_warps=1, split_k=1, num_stages=8)
-    },
+    "qkv_reduce": {"tall_m1": _QKV(fixup="reduce")},
+    "o_reduce": {"medium_m1": _O(fixup="reduce")},
+    "qkv_whole_k_s8": {"tall_m1": _QKV(split_k=1, num_stages=8)},
 }
 # Wider programs (more warps, bigger tiles, fewer programs an SM) for QKV and O at batch 1:
 # chain_floor.py's streaming chain ran fastest with 4 programs an SM of 8 warps and 16 KB tiles,

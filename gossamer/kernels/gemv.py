@@ -73,7 +73,8 @@ NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT con
 FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
 # `norm_linear` also fuses the norm wherever the plan reads whole rows (WHOLE_K: the batch-1
 # router), at any M: there every program loads all of x anyway, so the fold adds a sum of squares
-# and the residual's loads, not a trip to L2 before each tile. (env: A/B runs)
+# and the residual's loads, not a trip to L2 before each tile. Off: in the graph (H200, 2026-12-04,
+# fusion_ab.py router_norm_whole) 20b 1.505 -> 1.515 ms a step, 120b 2.118 -> 2.132. (env: A/B)
 FUSED_NORM_WHOLE_ROWS = os.environ.get("GOSSAMER_FUSED_NORM_WHOLE_ROWS", "0") == "1"
 NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
 NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
@@ -92,7 +93,9 @@ class GemvConfig:
     num_stages: int = 4  # W tiles in flight per program (dot kernel)
     programs_per_sm: int = 6  # target of the automatic split
     prefetch: int = 2  # W tiles per program sent to L2 before the PDL wait (dot kernel)
-    early: bool = False  # the dot kernel's first W tile loaded before the PDL wait (FMA: always)
+    # the dot kernel's first W tile loaded before the PDL wait (the FMA kernel's always is); off:
+    # no gain in the graph (H200, 2026-12-04, fusion_ab.py dense_early: 20b 1.506 -> 1.507 ms)
+    early: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel not in ("dot", "fma") or self.fixup not in ("last", "reduce"):

@@ -96,6 +96,9 @@ DECODE_FP16 = True
 # Third session's sweep (benchmarks/moe_decode_sweep.py, H200, with PDL): gate_up 16 pairs x 16
 # groups on 4 warps, down one row (x 4 experts) x 16 groups on 1 warp: 28.6 us per T=1 layer
 # against 33.4 for the second session's configs (gate_up 16 x 8 on 2 warps, down 4 x 16 on 4).
+# gate_up's EARLY (its expert from the router logits, its first words before the PDL wait) is off:
+# in the graph (H200, 2026-12-04, fusion_ab.py gate_up_early) 20b 1.506 -> 1.511 ms, 120b 2.120
+# -> 2.128.
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
 # Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
 # (sessions 7 and 8, moe_decode_sweep.py --ahead, T=1 layer on 120b shapes). Session 8, us per
