@@ -50,6 +50,12 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                (WIDE_TILES); qkv_reduce / o_reduce the split partials added by a reduce
                kernel; qkv_whole_k_s8 no split, 8 tiles in flight
   all_early    dense_early and gate_up_early together
+  routing_kernel  the decode MoE with its routing launch between the router and gate_up (the
+               default before 2026-12-04's fifteenth session; moe_mxfp4.ROUTE_IN_EXPERTS off).
+               The knock-outs always run with it (they patch the ops that path calls)
+  gu_* / dn_*  the batch-1 gate_up / down GEMV on another launch config (GATE_UP_VARIANTS,
+               DOWN_VARIANTS: pairs or rows a program, warps, groups a step, pipeline stages)
+  norm_w<N>    the RMSNorm kernel on N warps (norm.NUM_WARPS; by default 8 for hidden 2880)
 Each variant is timed `--rounds` times in the order of VARIANTS; the
 table gives the median ms per step, tok/s and the byte floor (decode_speed.step_bytes over the
 copy bandwidth measured here).
@@ -72,7 +78,7 @@ import triton
 from decode_speed import BLOCK, make_seqs, step_bytes, timed_decode, timed_decode_fed
 from timing import copy_bandwidth
 
-from gossamer.kernels import attention, gemv, moe_mxfp4
+from gossamer.kernels import attention, gemv, moe_mxfp4, norm
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
 from gossamer.model.weights import pack_dense_for_gpu, set_experts_layout
@@ -174,6 +180,29 @@ for _n, _k, _w, _p in PACKED_WIDE_TILES:
         "packed": True, "pack_tiles": [(_n, _k)],
         "gemv": {"tall_m1": _config, "medium_m1": _config},
     }  # fmt: skip
+# The decode MoE with its routing kernel (the default until the fifteenth session), and batch-1
+# expert GEMV and norm launch configs inside the graph (moe_decode_sweep.py timed them alone).
+VARIANTS["routing_kernel"] = {"route_in_experts": False}
+GATE_UP_VARIANTS = {
+    "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
+    "gu_p8w4": {"BLOCK_PAIRS": 8, "num_warps": 4},
+    "gu_p16w2": {"BLOCK_PAIRS": 16, "num_warps": 2},
+    "gu_p32w8": {"BLOCK_PAIRS": 32, "num_warps": 8},
+    "gu_g8": {"GROUPS_PER_STEP": 8},
+    "gu_g32": {"GROUPS_PER_STEP": 32},
+    "gu_s3": {"NUM_STAGES": 3},
+}
+DOWN_VARIANTS = {
+    "dn_r2w1": {"BLOCK_ROWS": 2},
+    "dn_r2w2": {"BLOCK_ROWS": 2, "num_warps": 2},
+    "dn_w2": {"num_warps": 2},
+    "dn_r4w4": {"BLOCK_ROWS": 4, "num_warps": 4},
+    "dn_g8": {"GROUPS_PER_STEP": 8},
+    "dn_g32": {"GROUPS_PER_STEP": 32},
+}
+VARIANTS.update({name: {"gate_up": config} for name, config in GATE_UP_VARIANTS.items()})
+VARIANTS.update({name: {"down_extra": config} for name, config in DOWN_VARIANTS.items()})
+VARIANTS.update({f"norm_w{warps}": {"norm_warps": warps} for warps in (2, 4, 16)})
 VARIANTS["all_early"] = {
     "gemv": GEMV_VARIANTS["dense_early"],
     "gate_up": {"EARLY": 1},
@@ -247,6 +276,11 @@ def apply(model, variant: dict, defaults: dict) -> None:
     attention.DECODE_MIN_SPLIT_KEYS = variant.get("min_split_keys", defaults["min_split_keys"])
     attention.SLIDING_WHOLE_WINDOW = variant.get("sliding_whole", defaults["sliding_whole"])
     moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
+    # the knock-outs patch ops.moe and ops.rms_norm, which only the path with the routing kernel
+    # calls
+    route_default = defaults["route_in_experts"] and "knockout" not in variant
+    moe_mxfp4.ROUTE_IN_EXPERTS = variant.get("route_in_experts", route_default)
+    norm.NUM_WARPS = variant.get("norm_warps", defaults["norm_warps"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
@@ -314,6 +348,7 @@ def current_defaults() -> dict:
             "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
             "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
+            "route_in_experts": moe_mxfp4.ROUTE_IN_EXPERTS, "norm_warps": norm.NUM_WARPS,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 
 

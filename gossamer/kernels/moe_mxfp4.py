@@ -422,11 +422,20 @@ def _top_k_softmax(logits, expert, ids_ptr, weights_ptr, E: tl.constexpr, E_P2: 
     """Store the TOP_K largest of fp32 logits [E_P2] (-inf past E) as ids (ties: the lower
     expert) and their softmax weights, at ids_ptr[0:TOP_K] and weights_ptr[0:TOP_K]."""
     slot = tl.arange(0, K_P2)
+    top_ids, weights = _top_k_weights(logits, expert, E, E_P2, TOP_K, K_P2)
+    tl.store(ids_ptr + slot, top_ids, mask=slot < TOP_K)
+    tl.store(weights_ptr + slot, weights, mask=slot < TOP_K)
+
+
+@triton.jit
+def _top_k_weights(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
+                   K_P2: tl.constexpr):  # fmt: skip
+    """The TOP_K largest of fp32 logits [E_P2] (-inf past E) -> (ids [K_P2] (ties: the lower
+    expert), their softmax weights [K_P2]); slots past TOP_K hold expert 0 with weight 0."""
     top_logits, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2)
-    valid = slot < TOP_K
+    valid = tl.arange(0, K_P2) < TOP_K
     exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
-    tl.store(ids_ptr + slot, top_ids, mask=valid)
-    tl.store(weights_ptr + slot, exps / tl.sum(exps, axis=0), mask=valid)
+    return tl.where(valid, top_ids, 0), exps / tl.sum(exps, axis=0)
 
 
 @triton.jit
@@ -684,17 +693,24 @@ def fuses_router(
 ) -> bool:
     """Whether `norm_router_moe` serves this problem in its fused form (decode-sized MXFP4 batches
     on the fp16 GEMV path); else the caller composes the norm, the router and `moe_mxfp4`."""
+    return (
+        FUSED_ROUTER
+        and _fp16_decode_problem(hidden, residual, router_weight, experts, top_k, swiglu_limit)
+        and hidden.shape[0] <= ROUTER_MAX_TOKENS
+        and hidden.dtype == router_weight.dtype
+    )
+
+
+def _fp16_decode_problem(hidden, residual, router_weight, experts, top_k, swiglu_limit) -> bool:
+    """A layer half whose MoE the fp16 GEMV path serves (decode-sized, MXFP4, a finite limit)."""
     num_tokens, num_experts = hidden.shape[0], router_weight.shape[0]
     max_pairs = min(DECODE_MAX_PAIRS, DECODE_PAIRS_PER_EXPERT * num_experts)
     return (
-        FUSED_ROUTER
-        and DECODE_FP16
+        DECODE_FP16
         and experts.is_mxfp4
         and 0.0 < swiglu_limit < 1e4
         and hidden.dim() == 2
-        and 1 <= num_tokens <= ROUTER_MAX_TOKENS
-        and num_tokens * top_k <= max_pairs
-        and hidden.dtype == router_weight.dtype
+        and 1 <= num_tokens * top_k <= max_pairs
         and (residual is None or (residual.dtype, residual.shape) == (hidden.dtype, hidden.shape))
         and router_weight.shape[1] == hidden.shape[1]
     )
@@ -773,6 +789,46 @@ def router_moe(
     _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
                   swiglu_alpha)  # fmt: skip
     return out, new_residual
+
+
+# Decode batches without a routing kernel: the post-attention norm also writes the experts' fp16
+# input (norm.rms_norm_planes), and gate_up and down find their experts from the router logits
+# themselves (gate_up after its PDL wait, down before it), so a layer is eight launches, not nine.
+# (env: A/B runs)
+ROUTE_IN_EXPERTS = os.environ.get("GOSSAMER_ROUTE_IN_EXPERTS", "1") != "0"
+
+
+def routes_in_experts(*problem) -> bool:
+    """Whether TritonOps.norm_moe takes the norm -> router -> `moe_from_logits` path (`problem`:
+    the arguments of `fuses_router`): problems that the fp16 GEMV path serves, gate_up unsplit."""
+    hidden = problem[0]
+    return (
+        ROUTE_IN_EXPERTS
+        and _fp16_decode_problem(*problem)
+        and DECODE_FP16_GATE_UP["SPLIT_K"] == 1
+        and hidden.shape[1] % 8 == 0
+    )
+
+
+def moe_from_logits(
+    normed: torch.Tensor,  # [T, H] the normed rows (for their shape and dtype)
+    x_h: torch.Tensor,  # [T, H] fp16 pair planes of normed (norm.rms_norm_planes)
+    x_unscale: torch.Tensor,  # [T] fp32
+    router_logits: torch.Tensor,  # [T, E]
+    experts: ExpertWeights,
+    top_k: int,
+    swiglu_limit: float,
+    swiglu_alpha: float,
+) -> torch.Tensor:
+    """`moe_mxfp4_decode_fp16(normed, router_logits, ...)` without its routing launch: the two
+    expert GEMVs take the top-k and softmax of the logits themselves (the same arithmetic as the
+    routing kernel, so the same experts and weights) -> [T, H] in normed's dtype."""
+    _, _, _, inter = _check(normed, router_logits, experts, top_k)
+    out = torch.empty_like(normed)
+    if normed.shape[0] > 0:
+        _fp16_experts(x_h, x_unscale, None, None, experts, out, inter, top_k, swiglu_limit,
+                      swiglu_alpha, router_logits=router_logits)  # fmt: skip
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1189,6 +1245,7 @@ def _fp16_gate_up_kernel(
     K_P2: tl.constexpr = 1,
     EARLY: tl.constexpr = 0,  # 1: the expert from the logits and the first step's words, before
     # the PDL wait (see the comment at the wait)
+    ROUTE: tl.constexpr = 0,  # 1: the expert from the logits after the wait, no routing kernel
 ):
     G: tl.constexpr = H // 32
     pid_n = tl.program_id(0)
@@ -1226,7 +1283,11 @@ def _fp16_gate_up_kernel(
                 pdl.prefetch_l2(first + G)
     pdl.wait(PDL)
     if not EARLY:
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        if ROUTE:  # the logits come from the launch just before (the router GEMV)
+            expert = _routed_expert(logits_ptr + token * logits_stride, pair % TOP_K, E, E_P2,
+                                    TOP_K, K_P2).to(tl.int64)  # fmt: skip
+        else:
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
         gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
                                                  kw, step, scale_step, INTER, G)  # fmt: skip
     x_ptrs = x_ptr + token * (H // 2) + (g_lo * 4 + kw)[None, :]  # [1, GB * 4], pair plane 0
@@ -1378,6 +1439,11 @@ def _fp16_down_kernel(
     AHEAD: tl.constexpr = 0,  # with NUM_STAGES 0: 2 loads scales and activations a step ahead
     EARLY: tl.constexpr = 0,  # with AHEAD 2: 1 loads the first step's words and scales before
     # the PDL wait (into registers; the L2 prefetch above covers PREFETCH_WORDS either way)
+    ROUTE: tl.constexpr = 0,  # 1: ids and weights from the router logits (no routing kernel)
+    logits_ptr=None,  # [T, E] router logits (ROUTE)
+    logits_stride=0,
+    E: tl.constexpr = 1,  # experts (ROUTE)
+    E_P2: tl.constexpr = 1,
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1393,8 +1459,16 @@ def _fp16_down_kernel(
     # only after their own wait, i.e. after routing finished: ids are final. They are read through
     # L2 (.cg), where that kernel's writes are. So the first weight tile below is requested before
     # this kernel's wait, and its trip from HBM overlaps gate_up's tail.
-    expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg").to(tl.int64)
-    route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0, cache_modifier=".cg")
+    # With ROUTE the same holds for the logits: the router GEMV ran before gate_up.
+    if ROUTE:
+        e_idx = tl.arange(0, E_P2)
+        logits = tl.load(logits_ptr + token * logits_stride + e_idx, mask=e_idx < E,
+                         other=float("-inf"), cache_modifier=".cg").to(tl.float32)  # fmt: skip
+        top_ids, route_w = _top_k_weights(logits, e_idx, E, E_P2, TOP_K, K_P2)
+        expert = top_ids.to(tl.int64)
+    else:
+        expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg").to(tl.int64)
+        route_w = tl.load(route_w_ptr + pair, mask=slot_ok, other=0.0, cache_modifier=".cg")
 
     row = pid_n * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = row < H
@@ -1606,12 +1680,25 @@ def _fp16_experts(
 ) -> None:
     """The fp16 GEMV path after the routing: gate_up (+ SwiGLU), then down into out.
     `router_logits`: the logits the routing kernel (the launch just before) read, for gate_up's
-    EARLY; without them gate_up reads the routing's ids after its wait."""
+    EARLY; without them gate_up reads the routing's ids after its wait. With ids None no routing
+    kernel ran: both GEMVs route from `router_logits` themselves (see `moe_from_logits`)."""
     act_exp = act_exponent(swiglu_limit)
-    act = _fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, swiglu_limit, swiglu_alpha,
-                        act_exp, gate_up_config or DECODE_FP16_GATE_UP, router_logits)  # fmt: skip
+    route = ids is None
+    gate_up = gate_up_config or DECODE_FP16_GATE_UP
     down = down_config or DECODE_FP16_DOWN
-    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, down)
+    if route and (router_logits is None or gate_up["SPLIT_K"] != 1):
+        raise MoEShapeError("routing in the GEMVs needs the logits and an unsplit gate_up")
+    act = _fp16_gate_up(x_h, x_unscale, ids, experts, inter, top_k, swiglu_limit, swiglu_alpha,
+                        act_exp, gate_up, router_logits, route)  # fmt: skip
+    _fp16_down(act, ids, route_w, experts, out, inter, top_k, act_exp, down,
+               router_logits if route else None)  # fmt: skip
+
+
+def _logits_args(router_logits: torch.Tensor, top_k: int) -> dict:
+    """The GEMV kernels' arguments for finding experts from the router logits themselves."""
+    num_experts = router_logits.shape[1]
+    return dict(logits_ptr=router_logits, logits_stride=router_logits.stride(0), E=num_experts,
+                E_P2=triton.next_power_of_2(num_experts), K_P2=triton.next_power_of_2(top_k))  # fmt: skip
 
 
 # Epilogue kernels (split-K sums) take this many elements per program.
@@ -1630,18 +1717,20 @@ def _fp16_gate_up(
     act_exp: int,
     config: dict[str, int],
     router_logits: torch.Tensor | None = None,
+    route: bool = False,
 ) -> torch.Tensor:
     """gate_up GEMV (+ the split-K epilogue) -> act [P, I] fp16, pair planes, * 2^act_exp.
     With config EARLY 1 and `router_logits` (which the routing read), each program finds its
-    expert from the logits before the PDL wait; without logits EARLY is ignored."""
-    num_pairs = ids.shape[0]
+    expert from the logits before the PDL wait; without logits EARLY is ignored. With `route`
+    (no routing kernel ran; ids is None) it finds it there after the wait."""
+    num_pairs = ids.shape[0] if not route else router_logits.shape[0] * top_k
     split_k = config["SPLIT_K"]
     early = {}
-    if config.get("EARLY", 0) and router_logits is not None:
-        num_experts = router_logits.shape[1]
-        early = dict(logits_ptr=router_logits, logits_stride=router_logits.stride(0),
-                     E=num_experts, E_P2=triton.next_power_of_2(num_experts),
-                     K_P2=triton.next_power_of_2(top_k))  # fmt: skip
+    if route:  # EARLY would read the logits before the router GEMV (the launch before) ended
+        early = dict(_logits_args(router_logits, top_k), ROUTE=1)
+        config = config | {"EARLY": 0}
+    elif config.get("EARLY", 0) and router_logits is not None:
+        early = _logits_args(router_logits, top_k)
     else:
         config = config | {"EARLY": 0}
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
@@ -1651,7 +1740,7 @@ def _fp16_gate_up(
     _fp16_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), num_pairs, split_k)](
         x_h.view(torch.int32),
         x_unscale,
-        ids,
+        ids if ids is not None else x_unscale,
         experts.gate_up_blocks.view(torch.int32),
         experts.gate_up_scales,
         experts.gate_up_bias.contiguous(),
@@ -1698,10 +1787,16 @@ def _fp16_down(
     top_k: int,
     act_exp: int,
     config: dict[str, int],
+    router_logits: torch.Tensor | None = None,
 ) -> None:
-    """down GEMV (+ the split-K sum): out[t] = sum over slots of weight * (W act + bias)."""
+    """down GEMV (+ the split-K sum): out[t] = sum over slots of weight * (W act + bias). With
+    `router_logits` (ids and route_w None: no routing kernel ran) each program routes itself."""
     num_tokens, hidden = out.shape
     split_k = config["SPLIT_K"]
+    route = {}
+    if router_logits is not None:
+        route = dict(_logits_args(router_logits, top_k), ROUTE=1)
+        ids = route_w = act  # placeholders, never read
     target = out
     if split_k > 1:
         target = torch.empty(split_k, num_tokens, hidden, dtype=torch.float32, device=out.device)
@@ -1717,10 +1812,10 @@ def _fp16_down(
         H=hidden,
         INTER=inter,
         TOP_K=top_k,
-        K_P2=triton.next_power_of_2(top_k),
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
         **config,
+        **(route or {"K_P2": triton.next_power_of_2(top_k)}),
         **pdl.launch_options(out.device),
     )
     if split_k > 1:

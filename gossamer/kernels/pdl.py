@@ -14,7 +14,8 @@ of any kind before `wait`. Then each kernel's predecessor has finished before it
 and by induction so have all earlier kernels (a kernel launched without PDL is ordered as usual).
 Three exceptions, argued where they are made. (1) The MoE down GEMV reads the routing's expert ids
 before its wait. Routing ran two kernels earlier, and gate_up (in between) lets down start only
-after its own wait, so those ids are final; down reads them through L2 (.cg). (2) The same for
+after its own wait, so those ids are final; down reads them through L2 (.cg); without a routing kernel (moe_mxfp4.ROUTE_IN_EXPERTS) it reads
+the router logits instead, by the same argument one launch further back. (2) The same for
 gate_up with EARLY: it reads the router logits, written by the kernel before the routing, and
 picks its expert with the routing's own top-k. (3) Decode attention
 with its fused KV write (attention.EARLY_KV) reads the step's metadata and its first key tile

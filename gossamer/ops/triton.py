@@ -166,18 +166,35 @@ class TritonOps:
         swiglu_limit: float,
         swiglu_alpha: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Decode batches: the router and the routing in one launch (with the norm, or after the
-        # norm kernel: moe_mxfp4.ROUTER_NORM), then the two expert GEMVs; else the parts.
+        # Decode batches: the norm (also writing the experts' fp16 input), the router GEMV, then
+        # the two expert GEMVs, which route themselves (moe_mxfp4.ROUTE_IN_EXPERTS); or (off by
+        # default) the router and the routing in one launch (with the norm, or after the norm
+        # kernel: moe_mxfp4.ROUTER_NORM), then the expert GEMVs; else the parts.
         moe = _kernel_module("moe_mxfp4")
         args = (router_weight, router_bias, experts, top_k, swiglu_limit, swiglu_alpha)
-        if moe is None or not moe.fuses_router(
-            hidden, residual, router_weight, experts, top_k, swiglu_limit
-        ):
+        checks = (hidden, residual, router_weight, experts, top_k, swiglu_limit)
+        if self._routes_in_experts(moe, checks):
+            normed, new_residual, x_h, x_unscale = norm.rms_norm_planes(
+                hidden, norm_weight, eps, residual
+            )
+            logits = self.linear(normed, router_weight, router_bias)
+            out = moe.moe_from_logits(normed, x_h, x_unscale, logits, *args[2:])
+            return out, new_residual
+        if moe is None or not moe.fuses_router(*checks):
             return compose_norm_moe(self, hidden, residual, norm_weight, eps, *args)
         if moe.ROUTER_NORM:
             return moe.router_moe(hidden, residual, norm_weight, eps, *args)
         normed, new_residual = self.rms_norm(hidden, norm_weight, eps, residual)
         return moe.router_moe(normed, None, None, eps, *args)[0], new_residual
+
+    @staticmethod
+    def _routes_in_experts(moe: ModuleType | None, checks: tuple) -> bool:
+        """The norm kernel, the router GEMV and the self-routing expert GEMVs serve this decode
+        problem: neither the fused router nor the norm in the router GEMV's prologue is on."""
+        hidden, residual, router_weight = checks[:3]
+        if moe is None or moe.fuses_router(*checks) or not moe.routes_in_experts(*checks):
+            return False
+        return not gemv.fuses_norm(hidden, residual, router_weight)
 
 
 @functools.cache

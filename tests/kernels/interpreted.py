@@ -114,3 +114,17 @@ def kernel_fixture(name: str) -> Callable[..., Iterator[ModuleType]]:
         yield kernel_module(name)
 
     return fixture
+
+
+def interpreted_triton_ops(monkeypatch: pytest.MonkeyPatch):
+    """TritonOps with this machine's gemv, norm and moe_mxfp4 modules (interpreted copies
+    without a GPU), for tests of which kernels an op picks."""
+    import gossamer.ops.triton as triton_ops
+
+    if not ON_GPU:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        modules = {name: load_interpreted(name) for name in ("moe_mxfp4", "gemv", "norm")}
+        monkeypatch.setattr(triton_ops, "gemv", modules["gemv"])
+        monkeypatch.setattr(triton_ops, "norm", modules["norm"])
+        monkeypatch.setattr(triton_ops, "_kernel_module", modules.get)
+    return triton_ops.TritonOps()

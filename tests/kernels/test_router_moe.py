@@ -16,7 +16,13 @@ import torch.nn.functional as F
 
 import gossamer.ops.triton as triton_ops
 from gossamer.ops.torch_ref import TorchOps
-from tests.kernels.interpreted import DEVICE, ON_GPU, kernel_fixture, load_interpreted
+from tests.kernels.interpreted import (
+    DEVICE,
+    ON_GPU,
+    interpreted_triton_ops,
+    kernel_fixture,
+    load_interpreted,
+)
 from tests.kernels.test_moe_mxfp4 import ALPHA, FP16_TOLERANCE, LIMIT, _experts, _fp16_lanes
 
 moe = kernel_fixture("moe_mxfp4")
@@ -25,16 +31,16 @@ EPS = 1e-5
 HIDDEN, EXPERTS, INTER, TOP_K = 96, 6, 64, 2
 
 
-def _problem(tokens: int, seed: int, dtype=torch.float32):
+def _problem(tokens: int, seed: int, dtype=torch.float32, hidden=HIDDEN, experts=EXPERTS):
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=1.0):
         return (scale * torch.randn(*shape, generator=g)).to(DEVICE)
 
-    hidden, residual = rand(tokens, HIDDEN, scale=2.0), rand(tokens, HIDDEN, scale=2.0)
-    norm_weight = 1.0 + 0.1 * rand(HIDDEN)
-    router_weight, router_bias = rand(EXPERTS, HIDDEN, scale=0.3), rand(EXPERTS, scale=0.1)
-    return hidden.to(dtype), residual.to(dtype), norm_weight, router_weight.to(dtype), router_bias
+    x, residual = rand(tokens, hidden, scale=2.0), rand(tokens, hidden, scale=2.0)
+    norm_weight = 1.0 + 0.1 * rand(hidden)
+    router_weight, router_bias = rand(experts, hidden, scale=0.3), rand(experts, scale=0.1)
+    return x.to(dtype), residual.to(dtype), norm_weight, router_weight.to(dtype), router_bias
 
 
 def _planes(x: torch.Tensor) -> torch.Tensor:
@@ -132,14 +138,7 @@ def test_fuses_router_only_decode_sized_mxfp4_fp16_problems(moe, monkeypatch):
 
 @pytest.fixture
 def interpreted_ops(monkeypatch: pytest.MonkeyPatch):
-    """TritonOps with this machine's kernel modules (interpreted copies without a GPU)."""
-    if not ON_GPU:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-        modules = {name: load_interpreted(name) for name in ("moe_mxfp4", "gemv", "norm")}
-        monkeypatch.setattr(triton_ops, "gemv", modules["gemv"])
-        monkeypatch.setattr(triton_ops, "norm", modules["norm"])
-        monkeypatch.setattr(triton_ops, "_kernel_module", modules.get)
-    return triton_ops.TritonOps()
+    return interpreted_triton_ops(monkeypatch)
 
 
 @pytest.mark.parametrize("router_norm", [True, False])

@@ -138,7 +138,7 @@ def _recorded(op_name: str):
 
 
 OPS = ("linear", "rms_norm", "norm_linear", "rope", "write_kv", "rope_and_write_kv", "attention",
-       "moe")  # fmt: skip
+       "moe", "norm_moe")  # fmt: skip
 for _op in OPS:
     setattr(RecordingOps, _op, _recorded(_op))
 

@@ -1,0 +1,150 @@
+"""Decode MoE without a routing kernel (moe_mxfp4.ROUTE_IN_EXPERTS): the post-attention norm also
+writes the experts' fp16 input (norm.rms_norm_planes) and the two expert GEMVs route from the router
+logits themselves (moe_mxfp4.moe_from_logits).
+
+The oracles: the path with the routing kernel (norm.rms_norm, then moe_mxfp4.route_fp16 and
+moe_mxfp4_decode_fp16), which must give the same bits, and TorchOps().norm_moe for the whole layer
+half. CPU tests run the kernels interpreted in float32 on tiny shapes (6 experts: not a power of
+two, top-2); GPU tests run gpt-oss-20b and 120b expert shapes in bf16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gossamer.ops.triton as triton_ops
+from gossamer.model import mxfp4
+from gossamer.ops.base import ExpertWeights
+from gossamer.ops.torch_ref import TorchOps
+from tests.kernels.interpreted import (
+    interpreted_triton_ops,
+    kernel_fixture,
+)
+from tests.kernels.test_moe_mxfp4 import ALPHA, FP16_TOLERANCE, LIMIT, _experts, _fp16_lanes
+from tests.kernels.test_router_moe import EPS, EXPERTS, HIDDEN, INTER, TOP_K, _problem
+
+moe = kernel_fixture("moe_mxfp4")
+norm = kernel_fixture("norm")
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_norm_planes_are_the_routing_kernels_x(norm, moe, tokens, with_residual):
+    x, residual, norm_weight, router_weight, router_bias = _problem(tokens, seed=tokens)
+    residual = residual if with_residual else None
+    normed, new_residual, x_h, x_unscale = norm.rms_norm_planes(x, norm_weight, EPS, residual)
+    ref_normed, ref_residual = norm.rms_norm(x, norm_weight, EPS, residual)
+    assert torch.equal(normed, ref_normed) and torch.equal(new_residual, ref_residual)
+    logits = F.linear(normed, router_weight, router_bias)
+    _, _, ref_x_h, ref_unscale = moe.route_fp16(logits, TOP_K, ref_normed)
+    assert torch.equal(x_h, ref_x_h) and torch.equal(x_unscale, ref_unscale)
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 6])  # 6 tokens x top-2: the 12 pairs the GEMV path takes
+@pytest.mark.parametrize("layout", ["hf", "fp16_lanes"])
+def test_moe_from_logits_gives_the_routed_paths_bits(moe, monkeypatch, tokens, layout):
+    experts = _experts(EXPERTS, HIDDEN, INTER, seed=60 + tokens)
+    if layout == "fp16_lanes":
+        experts = _fp16_lanes(experts)
+    monkeypatch.setattr(moe, "DECODE_FP16_GATE_UP", {**moe.DECODE_FP16_GATE_UP, "BLOCK_PAIRS": 32})
+    x, residual, norm_weight, router_weight, router_bias = _problem(tokens, seed=70 + tokens)
+    normed, _ = TorchOps().rms_norm(x, norm_weight, EPS, residual)
+    logits = F.linear(normed, router_weight, router_bias)
+    # a near tie between two logits must go the same way in both paths
+    logits[0, 1] = logits[0, 4] = logits[0].max()
+    _, _, x_h, x_unscale = moe.route_fp16(logits, TOP_K, normed)
+    args = (experts, TOP_K, LIMIT, ALPHA)
+    ours = moe.moe_from_logits(normed, x_h, x_unscale, logits, *args)
+    routed = moe.moe_mxfp4_decode_fp16(normed, logits, *args)
+    assert torch.equal(ours, routed)
+
+
+@pytest.fixture
+def interpreted_ops(monkeypatch: pytest.MonkeyPatch):
+    return interpreted_triton_ops(monkeypatch)
+
+
+def test_triton_ops_norm_moe_routes_in_the_experts_for_decode(interpreted_ops, monkeypatch):
+    kernels = triton_ops._kernel_module("moe_mxfp4")
+    assert kernels.ROUTE_IN_EXPERTS and not kernels.FUSED_ROUTER  # the defaults
+    calls = {"experts": 0, "routing": 0}
+    real_experts, real_route = kernels.moe_from_logits, kernels.route_fp16
+
+    def counted(name, real):
+        return lambda *a, **k: calls.__setitem__(name, calls[name] + 1) or real(*a, **k)
+
+    monkeypatch.setattr(kernels, "moe_from_logits", counted("experts", real_experts))
+    monkeypatch.setattr(kernels, "route_fp16", counted("routing", real_route))
+    experts = _experts(EXPERTS, HIDDEN, INTER, seed=80)
+    expected = {1: {"experts": 1, "routing": 0}, 7: {"experts": 1}}
+    for tokens in (1, 7):  # 2 pairs: routed in the experts; 14 pairs: the grouped path
+        x, residual, norm_weight, router_weight, router_bias = _problem(tokens, seed=81)
+        args = (router_weight, router_bias, experts, TOP_K, LIMIT, ALPHA)
+        out, new_residual = interpreted_ops.norm_moe(x, residual, norm_weight, EPS, *args)
+        fp32 = dataclasses.replace(experts, gate_up_bias=experts.gate_up_bias.float(),
+                                   down_bias=experts.down_bias.float())  # fmt: skip
+        ref_out, ref_residual = TorchOps().norm_moe(x, residual, norm_weight, EPS,
+                                                    *args[:2], fp32, *args[3:])  # fmt: skip
+        assert torch.equal(new_residual, ref_residual)
+        assert ((out - ref_out).abs().max() / ref_out.abs().max()).item() < FP16_TOLERANCE
+        assert calls.items() >= expected[tokens].items()
+    monkeypatch.setattr(kernels, "ROUTE_IN_EXPERTS", False)  # the switch: the routing kernel again
+    calls.update(experts=0, routing=0)
+    x, residual, norm_weight, router_weight, router_bias = _problem(1, seed=82)
+    interpreted_ops.norm_moe(x, residual, norm_weight, EPS, router_weight, router_bias, experts,
+                             TOP_K, LIMIT, ALPHA)  # fmt: skip
+    assert calls == {"experts": 0, "routing": 1}
+
+
+def _random_packed_experts(num_experts: int, hidden: int, inter: int, seed: int) -> ExpertWeights:
+    """Random bytes as packed experts on the GPU (quantizing 128 real-sized experts on the CPU
+    would take minutes; both paths read the same bits), scales 2^-9..2^-5."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def codes(*shape):
+        return torch.randint(0, 256, shape, generator=g, device="cuda", dtype=torch.uint8)
+
+    def scales(*shape):
+        return torch.randint(118, 123, shape, generator=g, device="cuda", dtype=torch.uint8)
+
+    def bias(*shape):
+        return 0.1 * torch.randn(*shape, generator=g, device="cuda")
+
+    return ExpertWeights(
+        gate_up_bias=bias(num_experts, 2 * inter),
+        down_bias=bias(num_experts, hidden),
+        gate_up_blocks=codes(num_experts, 2 * inter, hidden // 32, 16),
+        gate_up_scales=scales(num_experts, 2 * inter, hidden // 32),
+        down_blocks=codes(num_experts, hidden, inter // 32, 16),
+        down_scales=scales(num_experts, hidden, inter // 32),
+        layout=mxfp4.LAYOUT_FP16_LANES,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "gpt-oss-120b"])
+@pytest.mark.parametrize("tokens", [1, 8])
+def test_gpu_moe_from_logits_gives_the_routed_paths_bits(model, tokens):
+    """Real expert shapes in bf16: the norm's planes and both GEMVs' own routing give the routing
+    kernel's path bit for bit."""
+    from gossamer.kernels import moe_mxfp4 as gpu_moe
+    from gossamer.kernels import norm as gpu_norm
+
+    num_experts = 32 if model == "gpt-oss-20b" else 128
+    hidden = inter = 2880
+    experts = _random_packed_experts(num_experts, hidden, inter, seed=90)
+    x, residual, norm_weight, router_weight, router_bias = _problem(
+        tokens, seed=91, hidden=hidden, experts=num_experts, dtype=torch.bfloat16
+    )
+    normed, new_residual, x_h, x_unscale = gpu_norm.rms_norm_planes(x, norm_weight, EPS, residual)
+    assert torch.equal(normed, gpu_norm.rms_norm(x, norm_weight, EPS, residual)[0])
+    logits = F.linear(normed, router_weight, router_bias.bfloat16())
+    _, _, ref_x_h, ref_unscale = gpu_moe.route_fp16(logits, 4, normed)
+    assert torch.equal(x_h, ref_x_h) and torch.equal(x_unscale, ref_unscale)
+    args = (experts, 4, LIMIT, ALPHA)
+    ours = gpu_moe.moe_from_logits(normed, x_h, x_unscale, logits, *args)
+    assert torch.equal(ours, gpu_moe.moe_mxfp4_decode_fp16(normed, logits, *args))
