@@ -16,6 +16,10 @@ experts), down; then the final norm and the unembedding. Modes:
           tiles them (16 rows x 128 bytes a tile, one-warp programs, split K: _tiled_kernel)
   big_packed / all_packed  the same tiles and grid from a weight repacked tile by tile (each
           2 KB tile contiguous, a program's tiles one after another)
+  all_experts_tiled  all with the top-k experts' packed words (not their scales: 1/17 of the
+          bytes) read as the batch-1 MoE GEMVs tile them: gate_up 32 rows (16 gate/up pairs) x
+          256 bytes a step on 4 warps, one program per 32 rows; down one row of each of the k
+          experts x 256 bytes a step on one warp, one program per output row
   -<kind> all without the kernels of one kind (-qkv, -gate_up, -small, ...), on all's best grid:
           the kind's marginal cost in the chain, to set beside fusion_ab.py's knock-outs
 Each streaming kernel loads its first tile before its PDL wait and the rest after (as the model's
@@ -49,6 +53,8 @@ class Segment:
     name: str
     nbytes: int
     shape: tuple[int, int] | None = None  # a bf16 weight's [out, in] (the dense projections)
+    # (top-k, rows of an expert, int32 words a row) of the expert matrices read (the MoE GEMVs)
+    expert_words: tuple[int, int, int] | None = None
 
 
 def step_segments(cfg: ModelConfig, context: int, small: bool = True) -> list[Segment]:
@@ -67,10 +73,13 @@ def step_segments(cfg: ModelConfig, context: int, small: bool = True) -> list[Se
             Segment("o", 2 * cfg.q_size * hidden, (hidden, cfg.q_size)),
         ]
         segments += tiny + [Segment("router", 2 * hidden * experts)] + tiny
+        top_k = cfg.num_experts_per_tok
         segments += [
-            Segment(name, round(cfg.num_experts_per_tok * size * (0.5 + 1 / 32)))
-            for name, size in zip(("gate_up", "down"), expert_bytes, strict=True)
-        ]
+            Segment(name, round(top_k * size * (0.5 + 1 / 32)),
+                    expert_words=(top_k, rows, size // rows // 8))
+            for name, size, rows in zip(("gate_up", "down"), expert_bytes, (2 * inter, hidden),
+                                        strict=True)
+        ]  # fmt: skip
     return segments + tiny + [Segment("unembed", 2 * cfg.vocab_size * hidden)] + tiny
 
 
@@ -96,17 +105,23 @@ def _stream_kernel(src, out, num_words, words_per_program, BLOCK: tl.constexpr,
 
 
 @triton.jit
-def _tiled_kernel(src, out, num_rows, row_words, words_per_split, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, PDL: tl.constexpr, PACKED: tl.constexpr = False):  # fmt: skip
+def _tiled_kernel(src, out, num_rows, row_words, words_per_split, row_step, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, PDL: tl.constexpr, PACKED: tl.constexpr = False,
+                  ROW_GROUP: tl.constexpr = 0):  # fmt: skip
     """The batch-1 GEMV's reads without its arithmetic: program (n, k) adds up rows
     [n * BLOCK_N, +BLOCK_N) of src [num_rows, row_words] (int32) over its K split, in tiles of
     BLOCK_N rows x BLOCK_K words (one 128-byte line of each row at BLOCK_K 32), two in flight,
     the first before the PDL wait. PACKED: the same tiles, as if the weight were repacked so that
     each tile is one contiguous run and a program's tiles follow each other (src then holds the
-    packed words; the sums are of other words, the bytes and the grid are the same)."""
+    packed words; the sums are of other words, the bytes and the grid are the same). ROW_GROUP
+    (> 0): program n's rows are n * ROW_GROUP + i * row_step instead (the MoE down GEMV's one row
+    of each expert)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    row_ids = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if ROW_GROUP > 0:
+        row_ids = pid_n * ROW_GROUP + tl.arange(0, BLOCK_N) * row_step
+    else:
+        row_ids = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.minimum(row_ids, num_rows - 1).to(tl.int64)  # clamped: loaded, then left out
     begin = pid_k * words_per_split
     end = tl.minimum(begin + words_per_split, row_words)
@@ -149,9 +164,29 @@ def stream_tiled(src: torch.Tensor, out: torch.Tensor, num_sms: int, packed: boo
     must then hold row blocks x splits x TILE_ROWS x words per split words)."""
     rows, row_words = src.shape
     row_blocks, splits, per_split = tiled_plan(rows, row_words, num_sms)
-    _tiled_kernel[(row_blocks, splits)](src, out, rows, row_words, per_split, BLOCK_N=TILE_ROWS,
-                                        BLOCK_K=TILE_WORDS, PACKED=packed, num_warps=1,
-                                        **pdl.launch_options(src.device))  # fmt: skip
+    _tiled_kernel[(row_blocks, splits)](src, out, rows, row_words, per_split, 1,
+                                        BLOCK_N=TILE_ROWS, BLOCK_K=TILE_WORDS, PACKED=packed,
+                                        num_warps=1, **pdl.launch_options(src.device))  # fmt: skip
+
+
+# moe_mxfp4's batch-1 GEMV tiles: gate_up BLOCK_PAIRS 16 (32 rows) x GROUPS_PER_STEP 16 (64
+# words) on 4 warps; down BLOCK_ROWS 1 x the k experts x 64 words on 1 warp; neither split
+EXPERT_WORDS_A_STEP = 64
+
+
+def stream_experts_tiled(src: torch.Tensor, out: torch.Tensor, name: str, top_k: int) -> None:
+    """Launch _tiled_kernel over the top-k experts' words src [k * rows, row_words] as the batch-1
+    gate_up or down GEMV reads them."""
+    rows, row_words = src.shape
+    if name == "gate_up":
+        grid, tile = (triton.cdiv(rows, 32),), dict(BLOCK_N=32, num_warps=4)
+        row_step = 1
+    else:  # program r: row r of each expert
+        grid, tile = (rows // top_k,), dict(BLOCK_N=top_k, ROW_GROUP=1, num_warps=1)
+        row_step = rows // top_k
+    _tiled_kernel[grid](src, out, rows, row_words, row_words, row_step,
+                        BLOCK_K=EXPERT_WORDS_A_STEP, **tile,
+                        **pdl.launch_options(src.device))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -183,13 +218,20 @@ def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
                 tiled: str | None = None) -> list:  # fmt: skip
     """One launch per segment, each over its own buffer (so that nothing is read from L2); with
     `tiled` ("rows" or "packed"), segments with a shape are read in the GEMV's row-block tiles
-    (_tiled_kernel), from the weight as it is or repacked tile by tile."""
+    (_tiled_kernel), from the weight as it is or repacked tile by tile; with "experts", the
+    expert segments in the MoE GEMVs' tiles."""
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     out = torch.empty(max(launch_plan(s.nbytes, grid, num_sms)[0] for s in segments) + 8192,
                       dtype=torch.int32, device=device)  # fmt: skip
     calls = []
     for segment in segments:
-        if tiled and segment.shape is not None:
+        if tiled == "experts" and segment.expert_words is not None:
+            top_k, rows, words = segment.expert_words
+            src = torch.ones(top_k * rows, words, dtype=torch.int32, device=device)
+            calls.append(lambda src=src, name=segment.name, k=top_k:
+                         stream_experts_tiled(src, out, name, k))  # fmt: skip
+            continue
+        if tiled in ("rows", "packed") and segment.shape is not None:
             rows, cols = segment.shape
             src = torch.ones(rows, cols // 2, dtype=torch.int32, device=device)  # bf16 pairs
             if tiled == "packed":  # whole tiles: the ragged ends padded (< 1% more bytes)
@@ -242,6 +284,9 @@ def measure(cfg: ModelConfig, context: int, device: torch.device) -> dict[str, d
         results[name] = {"ms": chain_ms(segments, best, device, tiled), "kernels": len(segments),
                          "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
                          "all_grids_ms": []}  # fmt: skip
+    results["all_experts_tiled"] = {"ms": chain_ms(every, best, device, "experts"),
+                                    "kernels": len(every), "bytes": sum(s.nbytes for s in every),
+                                    "grid": vars(best), "all_grids_ms": []}  # fmt: skip
     for name in dict.fromkeys(s.name for s in every):
         kept = [s for s in every if s.name != name]
         results[f"-{name}"] = {"ms": chain_ms(kept, best, device), "kernels": len(kept),

@@ -17,8 +17,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
-  packed       QKV and O read from tile-packed copies of their weights (gemv.USE_PACKED,
-               weights.pack_dense_for_gpu: each program's tiles one contiguous run);
+  packed / no_packed  QKV and O read from / not from tile-packed copies of their weights
+               (gemv.USE_PACKED, on by default; weights.pack_dense_for_gpu: each program's tiles
+               one contiguous run);
                packed_<rows>x<cols>w<warps>p<programs an SM> the same on wider tiles (both)
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
@@ -108,6 +109,7 @@ VARIANTS = {
     "sliding_whole": {"sliding_whole": True},
     # QKV and O read from tile-packed copies (gemv.USE_PACKED; registered once per model)
     "packed": {"packed": True},
+    "no_packed": {"packed": False},  # (the default since the fifteenth session is packed)
     # gate_up's EARLY: its expert from the router logits and its first words before the PDL wait
     "gate_up_early": {"gate_up": {"EARLY": 1}},
     "gate_up_late": {"gate_up": {"EARLY": 0}},

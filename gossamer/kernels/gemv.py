@@ -23,7 +23,7 @@ Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..
 overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
 The pure-torch twin is torch.nn.functional.linear.
 
-Tile-packed weights (off by default; GOSSAMER_PACKED_GEMV=1, `USE_PACKED`): `register_packed`
+Tile-packed weights (on by default; GOSSAMER_PACKED_GEMV=0 turns them off, `USE_PACKED`): `register_packed`
 keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a row block's tiles
 follow each other in K order (`pack_tiles`), so that each program of a split reads one run instead
 of BLOCK_N rows' 128-byte pieces (benchmarks/chain_floor.py: that read pattern costs ~0.12 ms a 20b
@@ -226,7 +226,10 @@ def gemv(
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-USE_PACKED = os.environ.get("GOSSAMER_PACKED_GEMV", "0") == "1"  # read registered packed copies
+# Read registered packed copies (the loader registers QKV's and O's on CUDA). In the graph (H200,
+# 2026-12-04, fusion_ab.py packed, fed batch 1): 20b -13 and -8 us a step, 120b -10 and -23, for
+# +1.27 GB (20b) / +1.9 GB (120b) of copies. (env: A/B runs)
+USE_PACKED = os.environ.get("GOSSAMER_PACKED_GEMV", "1") == "1"
 
 
 @dataclass(frozen=True)

@@ -794,16 +794,20 @@ def router_moe(
 # Decode batches without a routing kernel: the post-attention norm also writes the experts' fp16
 # input (norm.rms_norm_planes), and gate_up and down find their experts from the router logits
 # themselves (gate_up after its PDL wait, down before it), so a layer is eight launches, not nine.
-# (env: A/B runs)
+# Only up to ROUTE_IN_EXPERTS_MAX_EXPERTS experts: each program's top-k grows with them. In the
+# graph (H200, 2026-12-04, fusion_ab.py routing_kernel, fed batch 1): gpt-oss-20b (32 experts)
+# 1.485 -> 1.461 ms a step, gpt-oss-120b (128) 2.096 -> 2.142. (env: A/B runs)
 ROUTE_IN_EXPERTS = os.environ.get("GOSSAMER_ROUTE_IN_EXPERTS", "1") != "0"
+ROUTE_IN_EXPERTS_MAX_EXPERTS = 32
 
 
 def routes_in_experts(*problem) -> bool:
     """Whether TritonOps.norm_moe takes the norm -> router -> `moe_from_logits` path (`problem`:
     the arguments of `fuses_router`): problems that the fp16 GEMV path serves, gate_up unsplit."""
-    hidden = problem[0]
+    hidden, router_weight = problem[0], problem[2]
     return (
         ROUTE_IN_EXPERTS
+        and router_weight.shape[0] <= ROUTE_IN_EXPERTS_MAX_EXPERTS
         and _fp16_decode_problem(*problem)
         and DECODE_FP16_GATE_UP["SPLIT_K"] == 1
         and hidden.shape[1] % 8 == 0

@@ -70,6 +70,15 @@ packed = tiles.contiguous().flatten()
 out.zero_()
 chain.stream_tiled(packed.as_strided(src.shape, src.stride()), out, 1, packed=True)
 assert out[: row_blocks * splits].tolist() == expected
+experts = torch.randint(-1000, 1000, (4 * 40, 70), dtype=torch.int32)  # 4 experts of 40 rows
+out.zero_()
+chain.stream_experts_tiled(experts, out, "gate_up", 4)  # 32-row blocks, one program each
+expected = [int(block.sum()) for block in experts.split(32)]
+assert out[: len(expected)].tolist() == expected
+out.zero_()
+chain.stream_experts_tiled(experts, out, "down", 4)  # program r: row r of each expert
+expected = [int(experts[r::40].sum()) for r in range(40)]
+assert out[:40].tolist() == expected
 print("ok", programs)
 """
 
@@ -103,3 +112,16 @@ def test_tiled_reads_split_qkv_and_o_as_the_gemv_does(chain, name):
             plan.split_k,
             plan.k_per_split // 2,
         )
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gpt-oss-120b"])
+def test_expert_segments_name_the_top_k_experts_words(chain, name):
+    cfg = preset(name)
+    experts = [s for s in chain.step_segments(cfg, 1024) if s.expert_words is not None]
+    assert [s.name for s in experts[:2]] == ["gate_up", "down"]
+    assert len(experts) == 2 * cfg.num_hidden_layers
+    for segment in experts[:2]:
+        top_k, rows, words = segment.expert_words
+        assert top_k == cfg.num_experts_per_tok
+        # the packed words are 16/17 of the bytes (one e8m0 scale byte per 16 word bytes)
+        assert 4 * top_k * rows * words == pytest.approx(segment.nbytes * 16 / 17, rel=1e-6)

@@ -78,19 +78,26 @@ def test_knocked_out_norms_attention_and_experts_pass_their_input(bench, mini):
 
 def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(bench, mini):
     defaults = bench.current_defaults()
-    from gossamer.kernels import gemv, moe_mxfp4
+    from gossamer.kernels import gemv, moe_mxfp4, norm
 
     try:
         bench.apply(mini, bench.VARIANTS["gate_up_early"], defaults)
         assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"] | {"EARLY": 1}
         assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
-        bench.apply(mini, bench.VARIANTS["packed"], defaults)
-        assert gemv.USE_PACKED and not defaults["packed"]
+        bench.apply(mini, bench.VARIANTS["no_packed"], defaults)
+        assert not gemv.USE_PACKED and defaults["packed"]
         bench.apply(mini, bench.VARIANTS["packed_64x128w4p4"], defaults)
         assert gemv.USE_PACKED and gemv.default_config(1, 5120, 2880).block_n == 64
         assert gemv.default_config(1, 2880, 4096).block_k == 128
+        bench.apply(mini, bench.VARIANTS["routing_kernel"], defaults)
+        assert not moe_mxfp4.ROUTE_IN_EXPERTS and defaults["route_in_experts"]
+        bench.apply(mini, bench.VARIANTS["ko_router"], defaults)  # the knock-outs: routed path
+        assert not moe_mxfp4.ROUTE_IN_EXPERTS
+        bench.apply(mini, bench.VARIANTS["dn_r2w2"] | bench.VARIANTS["norm_w4"], defaults)
+        assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"] | {"BLOCK_ROWS": 2, "num_warps": 2}
+        assert norm.NUM_WARPS == 4 and moe_mxfp4.ROUTE_IN_EXPERTS
         bench.apply(mini, bench.VARIANTS["dense_pf_all"], defaults)
-        assert not gemv.USE_PACKED
+        assert gemv.USE_PACKED == defaults["packed"] and norm.NUM_WARPS == defaults["norm_warps"]
         assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
         assert gemv.CONFIGS["tall_m1"].prefetch == gemv.CONFIGS["medium_m1"].prefetch == 16
         assert gemv.default_config(1, 5120, 2880).prefetch == 16  # QKV at batch 1

@@ -92,12 +92,18 @@ def test_triton_ops_norm_moe_routes_in_the_experts_for_decode(interpreted_ops, m
         assert torch.equal(new_residual, ref_residual)
         assert ((out - ref_out).abs().max() / ref_out.abs().max()).item() < FP16_TOLERANCE
         assert calls.items() >= expected[tokens].items()
-    monkeypatch.setattr(kernels, "ROUTE_IN_EXPERTS", False)  # the switch: the routing kernel again
-    calls.update(experts=0, routing=0)
+    # the routing kernel again: above the expert limit (gpt-oss-120b's 128), or switched off
     x, residual, norm_weight, router_weight, router_bias = _problem(1, seed=82)
-    interpreted_ops.norm_moe(x, residual, norm_weight, EPS, router_weight, router_bias, experts,
-                             TOP_K, LIMIT, ALPHA)  # fmt: skip
-    assert calls == {"experts": 0, "routing": 1}
+    args = (x, residual, norm_weight, EPS, router_weight, router_bias, experts, TOP_K, LIMIT, ALPHA)
+    for switch, value in (
+        ("ROUTE_IN_EXPERTS_MAX_EXPERTS", EXPERTS - 1),
+        ("ROUTE_IN_EXPERTS", False),
+    ):
+        with monkeypatch.context() as patch:
+            patch.setattr(kernels, switch, value)
+            calls.update(experts=0, routing=0)
+            interpreted_ops.norm_moe(*args)
+            assert calls == {"experts": 0, "routing": 1}
 
 
 def _random_packed_experts(num_experts: int, hidden: int, inter: int, seed: int) -> ExpertWeights:
