@@ -20,6 +20,8 @@ experts), down; then the final norm and the unembedding. Modes:
           bytes) read as the batch-1 MoE GEMVs tile them: gate_up 32 rows (16 gate/up pairs) x
           256 bytes a step on 4 warps, one program per 32 rows; down one row of each of the k
           experts x 256 bytes a step on one warp, one program per output row
+  all_experts_packed  the same tiles and grid from experts repacked by program (each program's
+          steps one contiguous run: 8 KB tiles for gate_up, 1 KB for down)
   -<kind> all without the kernels of one kind (-qkv, -gate_up, -small, ...), on all's best grid:
           the kind's marginal cost in the chain, to set beside fusion_ab.py's knock-outs
 Each streaming kernel loads its first tile before its PDL wait and the rest after (as the model's
@@ -174,19 +176,35 @@ def stream_tiled(src: torch.Tensor, out: torch.Tensor, num_sms: int, packed: boo
 EXPERT_WORDS_A_STEP = 64
 
 
-def stream_experts_tiled(src: torch.Tensor, out: torch.Tensor, name: str, top_k: int) -> None:
-    """Launch _tiled_kernel over the top-k experts' words src [k * rows, row_words] as the batch-1
-    gate_up or down GEMV reads them."""
-    rows, row_words = src.shape
+def expert_tiling(name: str, rows: int, top_k: int) -> tuple[int, int, dict]:
+    """(programs, row_step, _tiled_kernel tile constexprs) of the batch-1 gate_up or down GEMV
+    over the top-k experts' [k * rows] rows."""
     if name == "gate_up":
-        grid, tile = (triton.cdiv(rows, 32),), dict(BLOCK_N=32, num_warps=4)
-        row_step = 1
-    else:  # program r: row r of each expert
-        grid, tile = (rows // top_k,), dict(BLOCK_N=top_k, ROW_GROUP=1, num_warps=1)
-        row_step = rows // top_k
-    _tiled_kernel[grid](src, out, rows, row_words, row_words, row_step,
-                        BLOCK_K=EXPERT_WORDS_A_STEP, **tile,
-                        **pdl.launch_options(src.device))  # fmt: skip
+        return triton.cdiv(rows, 32), 1, dict(BLOCK_N=32, num_warps=4)
+    return rows // top_k, rows // top_k, dict(BLOCK_N=top_k, ROW_GROUP=1, num_warps=1)
+
+
+def packed_expert_words(name: str, rows: int, row_words: int, top_k: int) -> int:
+    """Words of the experts repacked so that each program's steps are one contiguous run (its
+    steps' tiles of BLOCK_N rows x EXPERT_WORDS_A_STEP words, one after another)."""
+    programs, _, tile = expert_tiling(name, rows, top_k)
+    steps = triton.cdiv(row_words, EXPERT_WORDS_A_STEP)
+    return programs * steps * tile["BLOCK_N"] * EXPERT_WORDS_A_STEP
+
+
+def stream_experts_tiled(src: torch.Tensor, out: torch.Tensor, name: str, top_k: int,
+                         packed: bool = False) -> None:  # fmt: skip
+    """Launch _tiled_kernel over the top-k experts' words src [k * rows, row_words] as the batch-1
+    gate_up or down GEMV reads them; with `packed`, src is read as their repack by program
+    (it must then hold packed_expert_words words)."""
+    rows, row_words = src.shape
+    programs, row_step, tile = expert_tiling(name, rows, top_k)
+    per_program = row_words  # a packed program's run: whole tiles (the last one's tail unread)
+    if packed:
+        per_program = triton.cdiv(row_words, EXPERT_WORDS_A_STEP) * EXPERT_WORDS_A_STEP
+    _tiled_kernel[(programs,)](src, out, rows, row_words, per_program, row_step,
+                               BLOCK_K=EXPERT_WORDS_A_STEP, PACKED=packed, **tile,
+                               **pdl.launch_options(src.device))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -225,11 +243,16 @@ def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
                       dtype=torch.int32, device=device)  # fmt: skip
     calls = []
     for segment in segments:
-        if tiled == "experts" and segment.expert_words is not None:
+        if tiled in ("experts", "experts_packed") and segment.expert_words is not None:
             top_k, rows, words = segment.expert_words
             src = torch.ones(top_k * rows, words, dtype=torch.int32, device=device)
-            calls.append(lambda src=src, name=segment.name, k=top_k:
-                         stream_experts_tiled(src, out, name, k))  # fmt: skip
+            packed = tiled == "experts_packed"
+            if packed:
+                size = packed_expert_words(segment.name, top_k * rows, words, top_k)
+                whole = torch.ones(size, dtype=torch.int32, device=device)
+                src = whole.as_strided(src.shape, src.stride())  # the shape for the plan
+            calls.append(lambda src=src, name=segment.name, k=top_k, p=packed:
+                         stream_experts_tiled(src, out, name, k, p))  # fmt: skip
             continue
         if tiled in ("rows", "packed") and segment.shape is not None:
             rows, cols = segment.shape
@@ -284,9 +307,11 @@ def measure(cfg: ModelConfig, context: int, device: torch.device) -> dict[str, d
         results[name] = {"ms": chain_ms(segments, best, device, tiled), "kernels": len(segments),
                          "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
                          "all_grids_ms": []}  # fmt: skip
-    results["all_experts_tiled"] = {"ms": chain_ms(every, best, device, "experts"),
-                                    "kernels": len(every), "bytes": sum(s.nbytes for s in every),
-                                    "grid": vars(best), "all_grids_ms": []}  # fmt: skip
+    for tiled in ("experts", "experts_packed"):
+        results[f"all_{tiled}" if tiled != "experts" else "all_experts_tiled"] = {
+            "ms": chain_ms(every, best, device, tiled), "kernels": len(every),
+            "bytes": sum(s.nbytes for s in every), "grid": vars(best), "all_grids_ms": [],
+        }  # fmt: skip
     for name in dict.fromkeys(s.name for s in every):
         kept = [s for s in every if s.name != name]
         results[f"-{name}"] = {"ms": chain_ms(kept, best, device), "kernels": len(kept),

@@ -79,6 +79,16 @@ out.zero_()
 chain.stream_experts_tiled(experts, out, "down", 4)  # program r: row r of each expert
 expected = [int(experts[r::40].sum()) for r in range(40)]
 assert out[:40].tolist() == expected
+for name, programs, rows in (("gate_up", 5, 32), ("down", 40, 4)):  # repacked by program
+    size = chain.packed_expert_words(name, 160, 70, 4)
+    assert size == programs * 2 * rows * 64  # two steps of 64 words
+    tiles = torch.randint(-1000, 1000, (programs, 2, rows, 64), dtype=torch.int32)
+    tiles[:, 1, :, 70 - 64:] = 0  # past the rows' end: never read
+    out.zero_()
+    whole = tiles.flatten()
+    chain.stream_experts_tiled(whole.as_strided(experts.shape, experts.stride()), out, name, 4,
+                               packed=True)
+    assert out[:programs].tolist() == tiles.sum(dim=(1, 2, 3)).tolist()
 print("ok", programs)
 """
 
