@@ -21,7 +21,11 @@ experts), down; then the final norm and the unembedding. Modes:
           256 bytes a step on 4 warps, one program per 32 rows; down one row of each of the k
           experts x 256 bytes a step on one warp, one program per output row
   all_experts_packed  the same tiles and grid from experts repacked by program (each program's
-          steps one contiguous run: 8 KB tiles for gate_up, 1 KB for down)
+          steps one contiguous run: 8 KB tiles for gate_up, 1 KB for down). An upper bound: a down
+          program's rows belong to the four experts its token picked at run time, so no layout
+          makes them one run
+  all_gate_up_packed  all_experts_tiled with only gate_up repacked (buildable: a gate_up
+          program's 32 rows are one expert's)
   -<kind> all without the kernels of one kind (-qkv, -gate_up, -small, ...), on all's best grid:
           the kind's marginal cost in the chain, to set beside fusion_ab.py's knock-outs
 Each streaming kernel loads its first tile before its PDL wait and the rest after (as the model's
@@ -243,10 +247,10 @@ def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
                       dtype=torch.int32, device=device)  # fmt: skip
     calls = []
     for segment in segments:
-        if tiled in ("experts", "experts_packed") and segment.expert_words is not None:
+        if tiled in EXPERT_MODES and segment.expert_words is not None:
             top_k, rows, words = segment.expert_words
             src = torch.ones(top_k * rows, words, dtype=torch.int32, device=device)
-            packed = tiled == "experts_packed"
+            packed = segment.name in EXPERT_MODES[tiled]
             if packed:
                 size = packed_expert_words(segment.name, top_k * rows, words, top_k)
                 whole = torch.ones(size, dtype=torch.int32, device=device)
@@ -270,6 +274,13 @@ def chain_calls(segments: list[Segment], grid: Grid, device: torch.device,
     return calls
 
 
+# chain_calls' `tiled` modes that read the experts as the MoE GEMVs tile them -> the kinds read
+# from a repack by program
+EXPERT_MODES = {
+    "experts": (),
+    "experts_packed": ("gate_up", "down"),
+    "gate_up_packed": ("gate_up",),
+}
 GRIDS = [Grid(4, 2048), Grid(8, 1024), Grid(8, 2048), Grid(16, 1024), Grid(4, 4096, num_warps=8)]
 
 
@@ -307,7 +318,7 @@ def measure(cfg: ModelConfig, context: int, device: torch.device) -> dict[str, d
         results[name] = {"ms": chain_ms(segments, best, device, tiled), "kernels": len(segments),
                          "bytes": sum(s.nbytes for s in segments), "grid": vars(best),
                          "all_grids_ms": []}  # fmt: skip
-    for tiled in ("experts", "experts_packed"):
+    for tiled in EXPERT_MODES:
         results[f"all_{tiled}" if tiled != "experts" else "all_experts_tiled"] = {
             "ms": chain_ms(every, best, device, tiled), "kernels": len(every),
             "bytes": sum(s.nbytes for s in every), "grid": vars(best), "all_grids_ms": [],
