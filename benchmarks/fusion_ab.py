@@ -17,6 +17,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
+  packed_gate_up  the batch-1 gate_up GEMV reads a copy of gate_up packed by program
+               (moe_mxfp4.PACKED_GATE_UP, off by default; +6.8 GB on 20b, +41 GB on 120b)
   packed / no_packed  QKV and O read from / not from tile-packed copies of their weights
                (gemv.USE_PACKED, on by default; weights.pack_dense_for_gpu: each program's tiles
                one contiguous run);
@@ -82,7 +84,7 @@ from timing import copy_bandwidth
 from gossamer.kernels import attention, gemv, moe_mxfp4, norm
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
-from gossamer.model.weights import pack_dense_for_gpu, set_experts_layout
+from gossamer.model.weights import pack_dense_for_gpu, pack_gate_up_for_gpu, set_experts_layout
 from gossamer.runner.model_runner import ModelRunner
 
 # In this order, so that the experts are repacked twice per round (each repack of 120b's 57 GB of
@@ -110,6 +112,8 @@ VARIANTS = {
     # QKV and O read from tile-packed copies (gemv.USE_PACKED; registered once per model)
     "packed": {"packed": True},
     "no_packed": {"packed": False},  # (the default since the fifteenth session is packed)
+    # the batch-1 gate_up GEMV from a copy of gate_up packed by program (moe_mxfp4.PACKED_GATE_UP)
+    "packed_gate_up": {"packed_gate_up": True},
     # gate_up's EARLY: its expert from the router logits and its first words before the PDL wait
     "gate_up_early": {"gate_up": {"EARLY": 1}},
     "gate_up_late": {"gate_up": {"EARLY": 0}},
@@ -283,6 +287,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     route_default = defaults["route_in_experts"] and "knockout" not in variant
     moe_mxfp4.ROUTE_IN_EXPERTS = variant.get("route_in_experts", route_default)
     norm.NUM_WARPS = variant.get("norm_warps", defaults["norm_warps"])
+    moe_mxfp4.PACKED_GATE_UP = variant.get("packed_gate_up", defaults["packed_gate_up"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
@@ -351,6 +356,7 @@ def current_defaults() -> dict:
             "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
             "route_in_experts": moe_mxfp4.ROUTE_IN_EXPERTS, "norm_warps": norm.NUM_WARPS,
+            "packed_gate_up": moe_mxfp4.PACKED_GATE_UP,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 
 
@@ -366,6 +372,8 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
         gemv.clear_packed()  # a previous model's
         tiles = {tuple(t) for v in chosen for t in VARIANTS[v].get("pack_tiles", [])}
         print(f"{pack_dense_for_gpu(model, tuple(sorted(tiles)))} packed copies of QKV / O weights")
+    if any(VARIANTS[v].get("packed_gate_up") for v in chosen) and not moe_mxfp4.PACKED_GATE_UP:
+        print(f"{pack_gate_up_for_gpu(model)} packed copies of gate_up")  # (the loader's, if on)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)
     else:

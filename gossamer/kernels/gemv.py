@@ -253,7 +253,8 @@ def pack_tiles(weight: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor
 
 def register_packed(weight: torch.Tensor, block_n: int, block_k: int) -> None:
     """Keep a tile-packed copy of weight (a parameter that lives as long as the model) for plans
-    with this tile to read when USE_PACKED is on."""
+    with this tile to read when USE_PACKED is on. NOTE: a copy, taken now: a weight written in
+    place later (the loader packs after loading) must be registered again."""
     tiles = pack_tiles(weight.detach(), block_n, block_k)
     _PACKED[weight.data_ptr(), block_n, block_k] = PackedWeight(tiles, weakref.ref(weight))
 

@@ -47,6 +47,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+import weakref
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -1250,8 +1252,17 @@ def _fp16_gate_up_kernel(
     EARLY: tl.constexpr = 0,  # 1: the expert from the logits and the first step's words, before
     # the PDL wait (see the comment at the wait)
     ROUTE: tl.constexpr = 0,  # 1: the expert from the logits after the wait, no routing kernel
+    # 1: words and scales from the copy packed by program (pack_gate_up: each program's steps one
+    # run), of RB row blocks and STEPS steps an expert
+    PACKED: tl.constexpr = 0,
+    RB: tl.constexpr = 1,
+    STEPS: tl.constexpr = 1,
 ):
     G: tl.constexpr = H // 32
+    # from a gate row's words / scales to its up row's, and a step's stride over the row-major one
+    UP_WORDS: tl.constexpr = GROUPS_PER_STEP * 4 if PACKED else G * 4
+    UP_SCALES: tl.constexpr = GROUPS_PER_STEP if PACKED else G
+    STEP_MUL: tl.constexpr = 2 * BLOCK_PAIRS if PACKED else 1
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -1292,8 +1303,14 @@ def _fp16_gate_up_kernel(
                                     TOP_K, K_P2).to(tl.int64)  # fmt: skip
         else:
             expert = tl.load(ids_ptr + pair).to(tl.int64)
-        gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
-                                                 kw, step, scale_step, INTER, G)  # fmt: skip
+        if PACKED:
+            gate_w_ptrs, gate_s_ptrs = _gate_up_packed_ptrs(
+                words_ptr, scales_ptr, expert, pid_n, kw, step, scale_step, RB, STEPS,
+                BLOCK_PAIRS, GROUPS_PER_STEP,
+            )  # fmt: skip
+        else:
+            gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows,
+                                                     g_lo, kw, step, scale_step, INTER, G)  # fmt: skip
     x_ptrs = x_ptr + token * (H // 2) + (g_lo * 4 + kw)[None, :]  # [1, GB * 4], pair plane 0
     tile: tl.constexpr = (BLOCK_PAIRS, GROUPS_PER_STEP, 4)
 
@@ -1303,29 +1320,29 @@ def _fp16_gate_up_kernel(
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
         if not EARLY:
             next_gate = tl.load(gate_w_ptrs, mask=w_mask)
-            next_up = tl.load(gate_w_ptrs + G * 4, mask=w_mask)
+            next_up = tl.load(gate_w_ptrs + UP_WORDS, mask=w_mask)
         for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
             gate_words = tl.reshape(next_gate, tile)
             up_words = tl.reshape(next_up, tile)
-            d = (g0 - g_lo + GROUPS_PER_STEP) * 4
+            d = (g0 - g_lo + GROUPS_PER_STEP) * 4 * STEP_MUL
             w_mask = j_ok[:, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, :]
             next_gate = tl.load(gate_w_ptrs + d, mask=w_mask)
-            next_up = tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask)
+            next_up = tl.load(gate_w_ptrs + UP_WORDS + d, mask=w_mask)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                j_ok, kw, step, scale_step, G, H // 8, LAYOUT,
+                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT,
             )  # fmt: skip
     else:
         # Triton's pipeliner keeps NUM_STAGES - 1 steps of weights in flight (async copies through
         # shared memory): more bytes in flight per SM than the register double buffer.
         for g0 in tl.range(g_lo, g_hi, GROUPS_PER_STEP, num_stages=NUM_STAGES):
             w_mask = j_ok[:, None] & (g0 * 4 + kw < g_hi * 4)[None, :]
-            d = (g0 - g_lo) * 4
+            d = (g0 - g_lo) * 4 * STEP_MUL
             gate_words = tl.reshape(tl.load(gate_w_ptrs + d, mask=w_mask), tile)
-            up_words = tl.reshape(tl.load(gate_w_ptrs + G * 4 + d, mask=w_mask), tile)
+            up_words = tl.reshape(tl.load(gate_w_ptrs + UP_WORDS + d, mask=w_mask), tile)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                j_ok, kw, step, scale_step, G, H // 8, LAYOUT,
+                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT,
             )  # fmt: skip
 
     x_unscale = tl.load(x_unscale_ptr + token)
@@ -1363,15 +1380,30 @@ def _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo, kw, step, scal
 
 
 @triton.jit
+def _gate_up_packed_ptrs(words_ptr, scales_ptr, expert, pid_n, kw, step, scale_step,
+                         RB: tl.constexpr, STEPS: tl.constexpr, BP: tl.constexpr,
+                         GB: tl.constexpr):  # fmt: skip
+    """`_gate_up_ptrs` into the copy packed by program (`pack_gate_up`): tile (expert, row block
+    pid_n, step 0), its gate rows (every other of its 2 * BP rows)."""
+    tile = (expert * RB + pid_n) * STEPS
+    rows = 2 * tl.arange(0, BP)
+    w_ptrs = words_ptr + tile * (2 * BP * GB * 4) + rows[:, None] * (GB * 4) + kw[None, :]
+    s_ptrs = scales_ptr + tile * (2 * BP * GB) + rows[:, None] * GB + step[None, :] * scale_step
+    return w_ptrs, s_ptrs
+
+
+@triton.jit
 def _gate_up_step(
     acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi, j_ok, kw, step,
-    scale_step, G: tl.constexpr, PLANE: tl.constexpr, LAYOUT: tl.constexpr,
+    scale_step, UP_SCALES: tl.constexpr, STEP_MUL: tl.constexpr, PLANE: tl.constexpr,
+    LAYOUT: tl.constexpr,
 ):  # fmt: skip
-    """One step of GROUPS_PER_STEP scale groups: scales, x, and the packed-fp16 dot products."""
+    """One step of GROUPS_PER_STEP scale groups: scales, x, and the packed-fp16 dot products.
+    UP_SCALES: from a gate row's scales to its up row's; STEP_MUL: see _fp16_gate_up_kernel."""
     s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
-    s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
+    s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step * STEP_MUL
     gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
-    up_scale = _e8m0_scale(tl.load(s_ptrs + G, mask=s_mask))
+    up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES, mask=s_mask))
     xp = x_ptrs + (g0 - g_lo) * 4
     x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale
@@ -1708,6 +1740,67 @@ def _logits_args(router_logits: torch.Tensor, top_k: int) -> dict:
 # Epilogue kernels (split-K sums) take this many elements per program.
 _SPLIT_EPILOGUE_BLOCK = 1024
 
+# The batch-1 gate_up GEMV reading a copy of gate_up's words and scales packed by program
+# (`pack_gate_up`): a program's 32 rows x 16 groups a step then come from one 8 KB run (and one
+# 512-byte run of scales) instead of 32 pieces of 256 bytes from rows 1,440 bytes apart.
+# benchmarks/chain_floor.py (H200, 2026-12-04): the experts read in the GEMVs' tiles cost 88 us a
+# 20b step over plain streaming; repacked, 22. Off: not measured in the model yet, and the copy
+# costs ~6.8 GB (20b) / ~41 GB (120b) beside the row-major weights the other paths read.
+# (env: A/B runs; the loader registers the copies when on)
+PACKED_GATE_UP = os.environ.get("GOSSAMER_PACKED_GATE_UP", "0") == "1"
+
+
+@dataclass(frozen=True)
+class PackedGateUp:
+    words: torch.Tensor  # [E, RB, STEPS, 2 * BLOCK_PAIRS, GROUPS_PER_STEP * 4] int32
+    scales: torch.Tensor  # [E, RB, STEPS, 2 * BLOCK_PAIRS, GROUPS_PER_STEP] uint8
+    source: weakref.ref  # the gate_up blocks it copies (another tensor at that address is not)
+
+
+_PACKED_GATE_UP: dict[tuple[int, int, int], PackedGateUp] = {}
+
+
+def pack_gate_up(
+    blocks: torch.Tensor, scales: torch.Tensor, block_pairs: int, groups_per_step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """gate_up blocks [E, 2I, G, 16] uint8 and scales [E, 2I, G] -> (words [E, RB, STEPS, 2 *
+    block_pairs, groups_per_step * 4] int32, scales [E, RB, STEPS, 2 * block_pairs,
+    groups_per_step]): tile (e, b, s) is rows 2 * block_pairs * b.. and groups groups_per_step *
+    s.. of expert e, zero past the rows' and groups' ends."""
+    experts, rows, groups = scales.shape
+    tile_rows = 2 * block_pairs
+    row_blocks, steps = triton.cdiv(rows, tile_rows), triton.cdiv(groups, groups_per_step)
+
+    def tiled(t: torch.Tensor, per_group: int) -> torch.Tensor:
+        padded = t.new_zeros(experts, row_blocks * tile_rows, steps * groups_per_step * per_group)
+        padded[:, :rows, : groups * per_group] = t.reshape(experts, rows, groups * per_group)
+        shape = (experts, row_blocks, tile_rows, steps, groups_per_step * per_group)
+        return padded.view(shape).transpose(2, 3).contiguous()
+
+    return tiled(blocks.view(torch.int32), 4), tiled(scales, 1)
+
+
+def register_packed_gate_up(experts: ExpertWeights, block_pairs: int, groups_per_step: int) -> None:
+    """Keep a copy of experts' gate_up packed by program for the batch-1 gate_up GEMV with this
+    tile (when PACKED_GATE_UP is on). NOTE: a copy, taken now (after any layout repack)."""
+    words, scales = pack_gate_up(experts.gate_up_blocks, experts.gate_up_scales, block_pairs,
+                                 groups_per_step)  # fmt: skip
+    key = (experts.gate_up_blocks.data_ptr(), block_pairs, groups_per_step)
+    _PACKED_GATE_UP[key] = PackedGateUp(words, scales, weakref.ref(experts.gate_up_blocks))
+
+
+def clear_packed_gate_up() -> None:
+    _PACKED_GATE_UP.clear()
+
+
+def _packed_gate_up(experts: ExpertWeights, config: dict) -> PackedGateUp | None:
+    """The registered packed copy this gate_up launch can read (unsplit, no EARLY), if any."""
+    if not PACKED_GATE_UP or config["SPLIT_K"] != 1 or config.get("EARLY", 0):
+        return None
+    key = (experts.gate_up_blocks.data_ptr(), config["BLOCK_PAIRS"], config["GROUPS_PER_STEP"])
+    packed = _PACKED_GATE_UP.get(key)
+    return packed if packed is not None and packed.source() is experts.gate_up_blocks else None
+
 
 def _fp16_gate_up(
     x_h: torch.Tensor,
@@ -1741,12 +1834,17 @@ def _fp16_gate_up(
     part = None
     if split_k > 1:
         part = torch.empty(split_k, num_pairs, 2, inter, dtype=torch.float32, device=x_h.device)
+    words, scales = experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales
+    packed = _packed_gate_up(experts, config)
+    if packed is not None:
+        words, scales = packed.words, packed.scales
+        config = config | {"PACKED": 1, "RB": packed.words.shape[1], "STEPS": packed.words.shape[2]}
     _fp16_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), num_pairs, split_k)](
         x_h.view(torch.int32),
         x_unscale,
         ids if ids is not None else x_unscale,
-        experts.gate_up_blocks.view(torch.int32),
-        experts.gate_up_scales,
+        words,
+        scales,
         experts.gate_up_bias.contiguous(),
         act,
         part,

@@ -16,6 +16,7 @@ from gossamer.model.weights import (
     is_mxfp4_checkpoint,
     load_checkpoint,
     pack_dense_for_gpu,
+    pack_gate_up_for_gpu,
     repack_experts_for_gpu,
 )
 from gossamer.ops import get_ops
@@ -83,12 +84,17 @@ def load_model(
         load_checkpoint(net, checkpoint)
     if mxfp4_module.REPACK_FOR_GPU and backend.name == "triton" and net.device.type == "cuda":
         repack_experts_for_gpu(net)
-    if backend.name == "triton" and net.device.type == "cuda" and _packed_gemv():
-        pack_dense_for_gpu(net)
+    if backend.name == "triton" and net.device.type == "cuda":
+        _register_packed_copies(net)
     return LoadedModel(net, config, checkpoint)
 
 
-def _packed_gemv() -> bool:
-    from gossamer.kernels import gemv  # the kernels load only where they run
+def _register_packed_copies(net: GptOssForCausalLM) -> None:
+    """The Triton kernels' packed copies of the weights, where switched on (after the loads and
+    the experts' layout repack: they copy the bits as they are then)."""
+    from gossamer.kernels import gemv, moe_mxfp4  # the kernels load only where they run
 
-    return gemv.USE_PACKED
+    if gemv.USE_PACKED:
+        pack_dense_for_gpu(net)
+    if moe_mxfp4.PACKED_GATE_UP:
+        pack_gate_up_for_gpu(net)
