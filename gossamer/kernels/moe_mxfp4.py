@@ -6,7 +6,7 @@ Routing (one kernel, one program per token): top-k of the router logits (ties go
 expert id), softmax over the chosen k in fp32. Writes expert ids [T*k] int32 and weights [T*k] fp32.
 
 Decode path (few (token, slot) pairs; see `moe_mxfp4` for the limit), three launches, no host
-syncs. Two GEMV variants share this structure: the packed-fp16 one (the default, DECODE_FP16; its
+syncs (two where the GEMVs route themselves: `moe_from_logits`, ROUTE_IN_EXPERTS). Two GEMV variants share this structure: the packed-fp16 one (the default, DECODE_FP16; its
 section below says how it differs) and the fp32 one described here:
   1. routing, which also writes x in fp32 in the "nibble-plane" order the GEMV reads (below);
   2. gate_up GEMV: one program per (block of intermediate pairs, (token, slot)); it streams the
