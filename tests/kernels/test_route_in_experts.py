@@ -44,8 +44,7 @@ def test_norm_planes_are_the_routing_kernels_x(norm, moe, tokens, with_residual)
     assert torch.equal(x_h, ref_x_h) and torch.equal(x_unscale, ref_unscale)
 
 
-@pytest.mark.parametrize("tokens", [1, 2, 6])  # 6 tokens x top-2: the 12 pairs the GEMV path takes
-@pytest.mark.parametrize("layout", ["hf", "fp16_lanes"])
+@pytest.mark.parametrize("tokens,layout", [(1, "hf"), (3, "fp16_lanes")])
 def test_moe_from_logits_gives_the_routed_paths_bits(moe, monkeypatch, tokens, layout):
     experts = _experts(EXPERTS, HIDDEN, INTER, seed=60 + tokens)
     if layout == "fp16_lanes":
