@@ -23,10 +23,10 @@ Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..
 overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
 The pure-torch twin is torch.nn.functional.linear.
 
-Tile-packed weights (on by default; GOSSAMER_PACKED_GEMV=0 turns them off, `USE_PACKED`): `register_packed`
-keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a row block's tiles
-follow each other in K order (`pack_tiles`), so that each program of a split reads one run instead
-of BLOCK_N rows' 128-byte pieces (benchmarks/chain_floor.py: that read pattern costs ~0.12 ms a 20b
+Tile-packed weights (`USE_PACKED`, on by default; GOSSAMER_PACKED_GEMV=0 turns them off):
+`register_packed` keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a
+row block's tiles follow each other in K order (`pack_tiles`), so that each program of a split reads
+one run instead of BLOCK_N rows' 128-byte pieces (benchmarks/chain_floor.py: that read pattern costs ~0.12 ms a 20b
 batch-1 step). A dot-kernel plan with the copy's tile reads it (PACKED constexpr); cuBLAS and other
 tiles read W.
 
