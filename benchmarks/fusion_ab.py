@@ -51,7 +51,10 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                tensor-core kernel's first W tile loaded before the PDL wait (GemvConfig.early);
                qkv_<rows>x<cols>w<warps>p<programs an SM> / o_... wider tensor-core tiles
                (WIDE_TILES); qkv_reduce / o_reduce the split partials added by a reduce
-               kernel; qkv_whole_k_s8 no split, 8 tiles in flight
+               kernel; qkv_whole_k_s8 no split, 8 tiles in flight (the default since the
+               sixteenth session; qkv_split the split tile before it); qkv_whole_k_s6 / _s12
+               its pipeline depth; o_whole_k_s8 / o_split2_s8 / o_split3_s6 O in 1-3 splits
+  norm_folded_early  norm_folded with the QKV GEMV's first W tile loaded before its PDL wait
   all_early    dense_early and gate_up_early together
   routing_kernel  the decode MoE with its routing launch between the router and gate_up (the
                default before 2026-12-04's fifteenth session; moe_mxfp4.ROUTE_IN_EXPERTS off).
@@ -130,7 +133,9 @@ VARIANTS = {
 # Batch-1 GEMV tiles tried inside the graph (the sweeps in gemv_sweep.py time kernels alone).
 _WHOLE = dict(kernel="fma", block_k=gemv.WHOLE_K, num_warps=4)
 _QKV_FMA = gemv.GemvConfig(kernel="fma", block_n=4, block_k=512, num_warps=2, programs_per_sm=8)
-# the default batch-1 QKV / O tiles ("tall" / "medium": 16 x 64, one warp) with one change
+# the batch-1 QKV / O tiles ("tall" / "medium": 16 x 64, one warp, split for 8 programs an SM) with
+# one change. NOTE: QKV's default at batch 1 is "tall_m1" (unsplit) since the sixteenth session, so
+# the qkv_* variants below are the split tile's, as they were measured
 _QKV = functools.partial(replace, gemv.CONFIGS["tall"])
 _O = functools.partial(replace, gemv.CONFIGS["medium"])
 GEMV_VARIANTS = {
@@ -163,7 +168,14 @@ GEMV_VARIANTS["dense_early"] = GEMV_VARIANTS["qkv_early"] | GEMV_VARIANTS["o_ear
 GEMV_VARIANTS |= {
     "qkv_reduce": {"tall_m1": _QKV(fixup="reduce")},
     "o_reduce": {"medium_m1": _O(fixup="reduce")},
-    "qkv_whole_k_s8": {"tall_m1": _QKV(split_k=1, num_stages=8)},
+    "qkv_whole_k_s8": {"tall_m1": _QKV(split_k=1, num_stages=8)},  # the default since session 16
+    "qkv_split": {"tall_m1": gemv.CONFIGS["tall"]},  # the default before: split for 8 an SM
+    # (sixteenth session, not yet measured) the unsplit QKV's pipeline depth; O with fewer splits
+    "qkv_whole_k_s6": {"tall_m1": replace(gemv.CONFIGS["tall_m1"], num_stages=6)},
+    "qkv_whole_k_s12": {"tall_m1": replace(gemv.CONFIGS["tall_m1"], num_stages=12)},
+    "o_whole_k_s8": {"medium_m1": _O(split_k=1, num_stages=8)},
+    "o_split2_s8": {"medium_m1": _O(split_k=2, num_stages=8)},
+    "o_split3_s6": {"medium_m1": _O(split_k=3, num_stages=6)},
 }
 # Wider programs (more warps, bigger tiles, fewer programs an SM) for QKV and O at batch 1:
 # chain_floor.py's streaming chain ran fastest with 4 programs an SM of 8 warps and 16 KB tiles,
@@ -209,6 +221,13 @@ DOWN_VARIANTS = {
 VARIANTS.update({name: {"gate_up": config} for name, config in GATE_UP_VARIANTS.items()})
 VARIANTS.update({name: {"down_extra": config} for name, config in DOWN_VARIANTS.items()})
 VARIANTS.update({f"norm_w{warps}": {"norm_warps": warps} for warps in (2, 4, 16)})
+# The input norm in the unsplit QKV's prologue (each of its 320 programs reads the whole row anyway;
+# norm_folded lost in the third session against ~1,000 split programs); _early: with the first W
+# tile loaded before the PDL wait, so it is in flight during the prologue
+VARIANTS["norm_folded_early"] = {
+    "fused_norm_max_m": gemv.GEMV_MAX_M,
+    "gemv": {"tall_m1": replace(gemv.CONFIGS["tall_m1"], early=True)},
+}
 VARIANTS["all_early"] = {
     "gemv": GEMV_VARIANTS["dense_early"],
     "gate_up": {"EARLY": 1},

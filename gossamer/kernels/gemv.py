@@ -122,6 +122,11 @@ CONFIGS: dict[str, GemvConfig] = {
     # (1.561 -> 1.542 ms a 20b step): its ~960 one-warp programs all fit on the GPU at once, the
     # FMA kernel's 1,280 did not (124 registers a thread: 8 programs an SM)
     "tall": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
+    # QKV at M == 1 unsplit (320 programs of 45 tiles, 8 in flight): no split partials or last-
+    # program fixup. In the graph (H200, fusion_ab.py qkv_whole_k_s8, fed, 20b): -5 us a step
+    # (2026-12-04, 3 rounds), -6.6 us (2026-12-04 again, faster in 5 of 5 rounds); 120b has the
+    # same QKV shape but was not measured with it
+    "tall_m1": GemvConfig(block_n=16, block_k=64, num_warps=1, split_k=1, num_stages=8),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
 }

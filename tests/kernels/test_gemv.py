@@ -162,12 +162,19 @@ def test_default_configs_and_plans_cover_every_column():
         assert plan.k_per_split % plan.config.block_k == 0
         assert (plan.split_k - 1) * plan.k_per_split < k <= plan.split_k * plan.k_per_split
         assert plan.block_m >= m and plan.row_blocks * plan.config.block_n >= n
-    # 132 SMs: QKV and O are split into several programs per SM, the router over most SMs, and the
-    # unembedding (thousands of row blocks) not at all
-    for n, k, programs in [(5120, 2880, 4 * 132), (2880, 4096, 4 * 132), (128, 2880, 100)]:
-        plan = plan_gemv(1, n, k, 132)
+    # 132 SMs: O is split into several programs per SM (QKV too above one token), the router over
+    # most SMs, and the unembedding (thousands of row blocks) not at all
+    for m, n, k, programs in [
+        (1, 2880, 4096, 4 * 132),
+        (2, 5120, 2880, 4 * 132),
+        (1, 128, 2880, 100),
+    ]:
+        plan = plan_gemv(m, n, k, 132)
         assert plan.row_blocks * plan.split_k >= programs
     assert plan_gemv(1, 201088, 2880, 132).split_k == 1
+    # QKV at one token: unsplit (CONFIGS["tall_m1"]), 320 row blocks of 16 rows
+    qkv = plan_gemv(1, 5120, 2880, 132)
+    assert (qkv.split_k, qkv.row_blocks, qkv.config.num_stages) == (1, 320, 8)
 
 
 def test_strided_input_rows_and_leading_dims(gemv):

@@ -1,0 +1,230 @@
+"""Where a fed batch-1 decode step's time goes inside its CUDA graph, kernel by kernel (issue #8).
+
+    python benchmarks/graph_timeline.py --model gpt-oss-20b --json timeline.json
+
+One model a process: CUPTI may collect nothing from graphs captured after a profiler session ran
+(step_profile.py's profile_in_child), so a second model would be captured after the first's.
+
+The model is built as decode_speed.py builds it (dummy weights, CUDA graphs, random KV, every
+sequence at --context tokens) and runs decode_speed's fed loop (each step's greedy token fed on the
+device) under torch.profiler. CUPTI reports the kernels inside each graph replay with their start
+and end, so the step can be read as the chain it is. Kernels under PDL start before their
+predecessor ends (their programs wait at `griddepcontrol.wait`), so a kernel's duration overstates
+what it costs; the number that adds up to the step is its *end delta*: how much later it ends than
+everything before it in the step. The end deltas of a step plus the idle time before its first
+kernel sum to the step's period.
+
+Per kernel name: calls a step, median duration, and end deltas (median a call, sum a step); the
+step's period, the span inside the graph and the idle time between steps (graph launch, the input
+copies' and the argmax's place in the loop) beside the unprofiled fed step from decode_speed.py.
+
+step_profile.py reads eager steps (launches serialized); this reads the graph as it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decode_speed import BLOCK, make_seqs, timed_decode_fed  # noqa: E402
+from throughput import load_dummy, run_info  # noqa: E402
+
+from gossamer.runner.model_runner import ModelRunner  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    start: float  # microseconds
+    end: float
+
+
+@dataclass
+class KernelTimes:
+    name: str
+    calls_per_step: float
+    median_us: float  # duration of one call, PDL wait included
+    median_end_delta_us: float  # one call's end delta
+    end_delta_us_per_step: float
+
+
+def split_steps(events: list[Event], marker: str = "argmax") -> list[list[Event]]:
+    """The events cut into steps, each ending with the step's greedy pick (the first kernel whose
+    name contains `marker`, any case: torch's argmax is a reduce kernel with ArgMaxOps in its name).
+    Events after the last pick belong to no whole step and are dropped."""
+    ordered = sorted(events, key=lambda e: e.start)
+    steps, current = [], []
+    for event in ordered:
+        current.append(event)
+        if marker.lower() in event.name.lower():
+            steps.append(current)
+            current = []
+    if len(steps) < 2:
+        raise ValueError(f"{len(steps)} steps end in a {marker!r} kernel: two are needed")
+    return steps
+
+
+def keyed(step: list[Event]) -> list[tuple[str, int]]:
+    """(name, its n-th call in the step) per event: steps whose copies or overlapped kernels start in
+    another order still line up by key."""
+    seen: dict[str, int] = defaultdict(int)
+    keys = []
+    for event in step:
+        keys.append((event.name, seen[event.name]))
+        seen[event.name] += 1
+    return keys
+
+
+def end_deltas(step: list[Event], step_start: float) -> list[float]:
+    """Per event: how much later it ends than every earlier event of the step (the first event's is
+    measured from `step_start`); 0 for an event that ends inside an earlier one's span."""
+    deltas, latest = [], step_start
+    for event in step:
+        deltas.append(max(0.0, event.end - latest))
+        latest = max(latest, event.end)
+    return deltas
+
+
+def timeline(steps: list[list[Event]]) -> dict:
+    """Per-name medians over steps and the step's period, span and idle time between steps. The
+    last step only ends the previous one's period: at least two steps are needed."""
+    measured = steps[:-1]
+    periods = [nxt[0].start - cur[0].start for cur, nxt in zip(measured, steps[1:], strict=True)]
+    spans = [max(e.end for e in step) - step[0].start for step in measured]
+    # per (name, call) key: (duration, end delta) in every measured step; the first event's delta
+    # is its own duration, so a step's deltas sum to its span
+    samples: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+    for step in measured:
+        deltas = end_deltas(step, step[0].start)
+        for key, event, delta in zip(keyed(step), step, deltas, strict=True):
+            samples[key].append((event.end - event.start, delta))
+    calls: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for (name, _), times in samples.items():
+        if 2 * len(times) < len(measured):
+            continue  # a copy or kernel most steps do not have
+        duration = statistics.median(d for d, _ in times)
+        calls[name].append((duration, statistics.median(x for _, x in times)))
+    table = [
+        KernelTimes(
+            name,
+            len(times),
+            statistics.median(d for d, _ in times),
+            statistics.median(x for _, x in times),
+            sum(x for _, x in times),
+        )
+        for name, times in calls.items()
+    ]
+    table.sort(key=lambda row: -row.end_delta_us_per_step)
+    period, span = statistics.median(periods), statistics.median(spans)
+    return {
+        "events_per_step": statistics.median(len(step) for step in measured),
+        "period_us": period,
+        "span_us": span,
+        # between the last event's end and the next step's first start: the host's loop and the
+        # graph launch, where they are not hidden behind the previous step
+        "idle_us": period - span,
+        "kernels": [asdict(row) for row in table],
+    }
+
+
+def device_events(prof) -> list[Event]:
+    return [
+        Event(e.name, e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    ]
+
+
+def profile_fed(runner: ModelRunner, seqs: list, steps: int) -> list[Event]:
+    """decode_speed's fed loop under the profiler, after a few steps outside it."""
+    ids = None
+    for _ in range(3):
+        ids = runner.run(seqs, device_input_ids=ids).argmax(-1)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            ids = runner.run(seqs, device_input_ids=ids).argmax(-1)
+            for seq in seqs:
+                seq.start += 1
+        torch.cuda.synchronize()
+    return device_events(prof)
+
+
+def print_timeline(name: str, result: dict, top: int) -> None:
+    print(
+        f"\n{name}: fed step {result['fed_step_us']:.1f} us unprofiled; profiled period "
+        f"{result['period_us']:.1f} us, {result['events_per_step']:.0f} events a step, span "
+        f"{result['span_us']:.1f} us, idle between steps {result['idle_us']:.1f} us"
+    )
+    print(f"{'kernel':70s} calls  med us  med delta  delta/step")
+    for row in result["kernels"][:top]:
+        print(
+            f"{row['name'][:70]:70s} {row['calls_per_step']:5.0f} {row['median_us']:7.2f} "
+            f"{row['median_end_delta_us']:10.2f} {row['end_delta_us_per_step']:11.1f}"
+        )
+
+
+def bench_model(name: str, args: argparse.Namespace) -> dict:
+    max_len = args.context + args.timed_steps + args.profile_steps + 32
+    loaded = load_dummy(name, max_len)
+    blocks = math.ceil(max_len / BLOCK)
+    runner = ModelRunner(
+        loaded.model,
+        num_blocks=1 + 2 * blocks,
+        block_size=BLOCK,
+        max_num_seqs=1,
+        max_num_batched_tokens=1,
+        cuda_graphs=True,
+        graph_sizes=(1,),
+    )
+    runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
+    fed_s = timed_decode_fed(runner, make_seqs(1, args.context, blocks), args.timed_steps)
+    events = profile_fed(runner, make_seqs(1, args.context, blocks), args.profile_steps)
+    raw = {
+        "model": Path(name).name,
+        "fed_step_us": fed_s * 1e6,
+        "events": [asdict(e) for e in events],
+    }
+    if args.json:  # the raw events first: a trace the analysis refuses can be read again later
+        Path(args.json).with_suffix(".events.json").write_text(json.dumps(raw))
+    result = {**timeline(split_steps(events)), "fed_step_us": fed_s * 1e6}
+    print_timeline(raw["model"], result, args.top)
+    return {"model": raw["model"], **result}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", default="gpt-oss-20b")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--profile-steps", type=int, default=8)
+    parser.add_argument("--timed-steps", type=int, default=64)
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("graph_timeline.py reads CUDA graph replays: it needs a GPU")
+    out = {**run_info(args), "timeline": bench_model(args.model, args)}
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

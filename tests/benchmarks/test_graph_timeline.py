@@ -1,0 +1,91 @@
+"""benchmarks/graph_timeline.py: cutting a profiled trace into steps and reading it as a chain."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.benchmarks.conftest import BENCHMARKS
+
+
+@pytest.fixture
+def tl(benchmark_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    yield benchmark_script("graph_timeline")
+    for name in ("decode_speed", "throughput", "timing"):
+        sys.modules.pop(name, None)
+
+
+def _step(tl, t0: float, pdl_overlap: float = 0.0):
+    """One step of three kernels: norm 2 us, gemv 10 us started `pdl_overlap` before the norm
+    ends, the greedy pick 3 us after a 1 us gap."""
+    norm = tl.Event("norm", t0, t0 + 2)
+    gemv = tl.Event("gemv", t0 + 2 - pdl_overlap, t0 + 12)
+    argmax = tl.Event("ArgMax", t0 + 13, t0 + 16)
+    return [norm, gemv, argmax]
+
+
+def test_steps_end_at_each_greedy_pick(tl):
+    events = [e for i in range(3) for e in _step(tl, 100.0 * i)]
+    late_copy = tl.Event("Memcpy HtoD", 290.0, 291.0)  # after the last pick: no whole step
+    steps = tl.split_steps(list(reversed(events)) + [late_copy])  # start order restored
+    assert [[e.name for e in s] for s in steps] == [["norm", "gemv", "ArgMax"]] * 3
+    assert steps[1][0].start == 100.0
+    with pytest.raises(ValueError, match="two are needed"):
+        tl.split_steps(events[:4])
+
+
+def test_steps_line_up_by_call_not_position(tl):
+    """A copy that starts before the norm in one step and after it in the next is one key."""
+    one = [
+        tl.Event("copy", 0, 1),
+        tl.Event("k", 1, 3),
+        tl.Event("k", 3, 4),
+        tl.Event("ArgMax", 4, 5),
+    ]
+    two = [tl.Event("k", 10, 12), tl.Event("copy", 10.5, 11), tl.Event("k", 12, 13)]
+    two.append(tl.Event("ArgMax", 13, 14))
+    assert tl.keyed(two) == [("k", 0), ("copy", 0), ("k", 1), ("ArgMax", 0)]
+    result = tl.timeline([one, two, one])
+    k = next(row for row in result["kernels"] if row["name"] == "k")
+    assert k["calls_per_step"] == 2
+    assert k["end_delta_us_per_step"] == 3.0  # 2 + 1 in both steps, whatever the copy did
+
+
+def test_end_deltas_charge_overlapped_kernels_only_what_they_add(tl):
+    step = _step(tl, 0.0, pdl_overlap=1.5)
+    # the gemv started 1.5 us early (PDL) but adds 10 us after the norm's end, not 11.5
+    assert tl.end_deltas(step, 0.0) == [2.0, 10.0, 4.0]
+    inside = [tl.Event("a", 0, 10), tl.Event("b", 1, 4)]  # ends inside a's span: adds nothing
+    assert tl.end_deltas(inside, 0.0) == [10.0, 0.0]
+
+
+def test_timeline_sums_to_the_period(tl):
+    starts = [0.0, 20.0, 41.0, 60.0]  # periods 20, 21, 19: median 20
+    steps = [_step(tl, t0, pdl_overlap=1.0) for t0 in starts]
+    result = tl.timeline(steps)
+    assert result["period_us"] == 20.0
+    assert result["span_us"] == 16.0
+    assert result["idle_us"] == 4.0
+    rows = {row["name"]: row for row in result["kernels"]}
+    assert rows["gemv"]["median_us"] == 11.0  # its duration includes the PDL wait
+    assert rows["gemv"]["end_delta_us_per_step"] == 10.0
+    assert [row["name"] for row in result["kernels"]] == ["gemv", "ArgMax", "norm"]
+    total = sum(row["end_delta_us_per_step"] for row in result["kernels"])
+    assert total + result["idle_us"] == result["period_us"]
+
+
+def test_names_called_several_times_a_step_add_up(tl):
+    def step(t0):
+        return [
+            tl.Event("k", t0, t0 + 1),
+            tl.Event("k", t0 + 1, t0 + 4),
+            tl.Event("z", t0 + 4, t0 + 5),
+        ]
+
+    result = tl.timeline([step(0.0), step(10.0)])
+    k = next(row for row in result["kernels"] if row["name"] == "k")
+    assert k["calls_per_step"] == 2
+    assert k["end_delta_us_per_step"] == 4.0
+    assert k["median_end_delta_us"] == 2.0
