@@ -55,6 +55,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                sixteenth session; qkv_split the split tile before it); qkv_whole_k_s6 / _s12
                its pipeline depth; o_whole_k_s8 / o_split2_s8 / o_split3_s6 O in 1-3 splits
   norm_folded_early  norm_folded with the QKV GEMV's first W tile loaded before its PDL wait
+  unembed_triton / unembed_<rows>x<cols>w<warps>s<stages>  the batch-1 unembedding on the Triton
+               GEMV (gemv.TRITON_UNEMBED; huge_m1's tile, or the one named) instead of cuBLAS
   all_early    dense_early and gate_up_early together
   routing_kernel  the decode MoE with its routing launch between the router and gate_up (the
                default before 2026-12-04's fifteenth session; moe_mxfp4.ROUTE_IN_EXPERTS off).
@@ -198,6 +200,17 @@ for _n, _k, _w, _p in PACKED_WIDE_TILES:
         "packed": True, "pack_tiles": [(_n, _k)],
         "gemv": {"tall_m1": _config, "medium_m1": _config},
     }  # fmt: skip
+# The unembedding at batch 1 on the Triton GEMV (gemv.TRITON_UNEMBED: PDL, float32 logits stored
+# directly) instead of cuBLAS + a cast kernel: the default tile (huge_m1) and others, named
+# unembed_<rows>x<cols>w<warps>[s<stages>]
+UNEMBED_TILES = [(64, 64, 4, 4), (16, 64, 1, 8), (64, 128, 8, 4), (32, 256, 4, 3), (16, 256, 2, 4)]
+VARIANTS["unembed_triton"] = {"triton_unembed": True}
+for _n, _k, _w, _s in UNEMBED_TILES:
+    VARIANTS[f"unembed_{_n}x{_k}w{_w}s{_s}"] = {
+        "triton_unembed": True,
+        "gemv": {"huge_m1": gemv.GemvConfig(block_n=_n, block_k=_k, split_k=1, num_warps=_w,
+                                            num_stages=_s)},
+    }  # fmt: skip
 # The decode MoE with its routing kernel (the default until the fifteenth session), and batch-1
 # expert GEMV and norm launch configs inside the graph (moe_decode_sweep.py timed them alone).
 VARIANTS["routing_kernel"] = {"route_in_experts": False}
@@ -232,7 +245,7 @@ VARIANTS["all_early"] = {
     "gemv": GEMV_VARIANTS["dense_early"],
     "gate_up": {"EARLY": 1},
 }
-PATCHED_OPS = ("rms_norm", "linear", "rope_write_kv_attention", "moe")
+PATCHED_OPS = ("rms_norm", "linear", "logits", "rope_write_kv_attention", "moe")
 
 
 def _routed_only(moe, with_gate_up: bool, x, logits, experts, top_k, limit, alpha):
@@ -273,6 +286,12 @@ def knock_out(model, part: str | None) -> None:
             return real["linear"](x, weight, bias)
 
         ops.linear = linear
+        # the unembedding comes through ops.logits (linear, then float32)
+        ops.logits = lambda hidden, weight: (
+            linear(hidden, weight, None).float()
+            if weight.shape == (wanted, cfg.hidden_size)
+            else real["logits"](hidden, weight)
+        )
     elif part == "norms":
         ops.rms_norm = lambda x, weight, eps, residual=None: (
             (x, x if residual is None else residual)
@@ -307,6 +326,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.ROUTE_IN_EXPERTS = variant.get("route_in_experts", route_default)
     norm.NUM_WARPS = variant.get("norm_warps", defaults["norm_warps"])
     moe_mxfp4.PACKED_GATE_UP = variant.get("packed_gate_up", defaults["packed_gate_up"])
+    gemv.TRITON_UNEMBED = variant.get("triton_unembed", defaults["triton_unembed"])
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
@@ -375,7 +395,7 @@ def current_defaults() -> dict:
             "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
             "route_in_experts": moe_mxfp4.ROUTE_IN_EXPERTS, "norm_warps": norm.NUM_WARPS,
-            "packed_gate_up": moe_mxfp4.PACKED_GATE_UP,
+            "packed_gate_up": moe_mxfp4.PACKED_GATE_UP, "triton_unembed": gemv.TRITON_UNEMBED,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 
 

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Prepared in session 16 for the next session (not run yet: session 16's device time ended when no
-# machine was lent). #8, ~8 min:
-# (1) graph_timeline.py, 20b and 120b: the fed batch-1 step inside its CUDA graph, kernel by kernel
-#     (end deltas: what each kernel adds to the chain under PDL), the per-kernel table #8 asks for;
-# (2) 20b: the QKV GEMV unsplit is the default now (tall_m1, measured -6.6 us on 20b in session 16
-#     call 3); its pipeline depth, O in 1-3 splits, and the input norm folded into the unsplit
-#     QKV's prologue (320 programs; the fold lost against ~1,000 split ones in session 3);
-# (3) 120b: the unsplit QKV against the split one (the same QKV shape as 20b; not measured there).
+# machine was lent). #8, ~7 min. The unembedding at batch 1 on the Triton GEMV (gemv.TRITON_UNEMBED,
+# off): in the 20b graph cuBLAS's unembedding costs 279 us where a streaming kernel reads the same
+# 1.16 GB in 255 us (chain_floor.py), and its float32 logits need a cast kernel after it. The
+# Triton path runs under PDL and stores float32 logits (bf16 values) itself. 20b needs -26 us for
+# 700 tok/s (1.455 ms now, with the unsplit QKV of session 16 call 3).
+# (1) GPU tests: gemv (the unembedding logits test is new; the unsplit QKV is the default now);
+# (2) 20b: defaults against the Triton unembedding on six tiles, interleaved, fed, 5 rounds;
+# (3) 120b: defaults, the split QKV (the unsplit one was only measured on 20b), the Triton
+#     unembedding on huge_m1's tile.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s17c1; mkdir -p $R
 step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s17c1; return $rc; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $R/gpu.txt
-TAILN=34 step timeline_20b 150 python3 benchmarks/graph_timeline.py --model gpt-oss-20b --json $R/timeline_20b.json
-TAILN=34 step timeline_120b 150 python3 benchmarks/graph_timeline.py --model gpt-oss-120b --json $R/timeline_120b.json
-TAILN=12 step ab_20b 150 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,qkv_split,qkv_whole_k_s6,qkv_whole_k_s12,o_whole_k_s8,o_split2_s8,o_split3_s6,norm_folded,norm_folded_early --interleave --fed --rounds 5 --steps 32 --json $R/ab_20b.json
-TAILN=6 step ab_120b 120 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,qkv_split --interleave --fed --rounds 5 --steps 32 --json $R/ab_120b.json
+TAILN=8 step gpu_tests 150 python3 -m pytest -m gpu tests/kernels/test_gemv.py -p no:cacheprovider -q --tb=short -rf
+TAILN=12 step ab_20b_unembed 200 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,unembed_triton,unembed_64x64w4s4,unembed_16x64w1s8,unembed_64x128w8s4,unembed_32x256w4s3,unembed_16x256w2s4 --interleave --fed --rounds 5 --steps 32 --json $R/ab_20b_unembed.json
+TAILN=8 step ab_120b 180 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,qkv_split,unembed_triton --interleave --fed --rounds 5 --steps 32 --json $R/ab_120b.json

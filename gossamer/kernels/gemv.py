@@ -129,12 +129,21 @@ CONFIGS: dict[str, GemvConfig] = {
     "tall_m1": GemvConfig(block_n=16, block_k=64, num_warps=1, split_k=1, num_stages=8),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
+    # the unembedding at M == 1 (TRITON_UNEMBED): a first guess, 32 rows x 256 bytes (8 KB) a step,
+    # 4 in flight (not yet measured; fusion_ab.py's unembed_* variants try others)
+    "huge_m1": GemvConfig(block_n=32, block_k=128, split_k=1, num_warps=4),
 }
 
 
 # Shape classes `linear` sends to Triton: cuBLAS already streams the unembedding at the copy
 # bandwidth (kernels_small.py: 266.9 us on the H200), so "huge" stays there unless measured faster.
 TRITON_CLASSES = ("narrow", "medium", "tall")
+# ...but in the batch-1 graph the unembedding's marginal cost is 279 us (20b, session 13's
+# knock-outs) where a streaming kernel reads its 1.16 GB in 255 us (chain_floor.py), and cuBLAS
+# neither overlaps the norm before it (no PDL) nor writes the float32 logits (a cast kernel
+# follows). With this on, "huge" at M == 1 runs here on CONFIGS["huge_m1"]. Off until measured
+# in the graph (fusion_ab.py unembed_*). (env: A/B runs)
+TRITON_UNEMBED = os.environ.get("GOSSAMER_TRITON_UNEMBED", "0") == "1"
 
 
 def shape_class(out_features: int, in_features: int) -> str:
@@ -195,7 +204,8 @@ def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if rows == 0 or rows > GEMV_MAX_M or x.dtype != weight.dtype:
         return False
-    return shape_class(*weight.shape) in TRITON_CLASSES
+    name = shape_class(*weight.shape)
+    return name in TRITON_CLASSES or (name == "huge" and rows == 1 and TRITON_UNEMBED)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -217,15 +227,27 @@ def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torc
     return FUSED_NORM_WHOLE_ROWS and default_config(rows, *weight.shape).block_k == WHOLE_K
 
 
+def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """linear(hidden, weight, None).float() (the unembedding), in one launch where the Triton GEMV
+    serves it: its float32 store holds the values rounded to hidden's dtype, so no cast kernel."""
+    if not serves(hidden, weight):
+        return linear(hidden, weight, None).float()
+    return gemv(hidden, weight, None, out_dtype=torch.float32)
+
+
 def gemv(
     x: torch.Tensor,  # [..., K], at most MAX_ROWS rows
     weight: torch.Tensor,  # [N, K]
     bias: torch.Tensor | None,  # [N]
     config: GemvConfig | None = None,  # override of CONFIGS (benchmarks)
+    out_dtype: torch.dtype | None = None,  # float32: x.dtype's values, widened (`logits`)
 ) -> torch.Tensor:
-    """The Triton path of `linear`, output in x.dtype."""
+    """The Triton path of `linear`, output in x.dtype (or out_dtype)."""
     x2d, weight = _checked(x, weight)
-    out = torch.empty((x2d.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    out_dtype = out_dtype or x.dtype
+    if out_dtype not in (x.dtype, torch.float32):
+        raise ValueError(f"gemv writes {x.dtype} or float32, not {out_dtype}")
+    out = torch.empty((x2d.shape[0], weight.shape[0]), dtype=out_dtype, device=x.device)
     if x2d.shape[0] > 0:
         _launch(x2d, weight, bias, out, _plan(x2d, weight, config))
     return out.view(*x.shape[:-1], weight.shape[0])
@@ -355,7 +377,9 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
             x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split,
             *_prologue_args(x, prologue))  # fmt: skip
     tile_rows = 1 if config.kernel == "fma" else plan.block_m
+    round_out = out.dtype != x.dtype  # `logits`: float32 values of x's dtype
     constants = dict(
+        ROUND_OUT=round_out,
         HAS_BIAS=has_bias,
         SPLIT=split,
         NUM_SPLITS=plan.split_k,
@@ -379,8 +403,12 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
         block = 256
         _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
             partial, bias_arg, out, num_tokens, out_features, out.stride(0), HAS_BIAS=has_bias,
-            NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4, **pdl.launch_options(x.device),
+            NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4, X_TY=_TL_DTYPES[x.dtype],
+            ROUND_OUT=round_out, **pdl.launch_options(x.device),
         )  # fmt: skip
+
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
 def _prologue_args(x: torch.Tensor, prologue: NormPrologue | None) -> tuple:
@@ -485,6 +513,7 @@ def _gemv_dot_kernel(
     PREFETCH: tl.constexpr,  # W tiles sent to L2 before the PDL wait
     EARLY: tl.constexpr = False,  # the first W tile loaded into registers before the PDL wait
     PACKED: tl.constexpr = False,  # w_ptr is pack_tiles(W, BLOCK_N, BLOCK_K): tiles are runs
+    ROUND_OUT: tl.constexpr = False,  # a float32 out_ptr gets values rounded to x's dtype first
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -532,7 +561,7 @@ def _gemv_dot_kernel(
         x = _dot_x_tile(x_args, offset, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
         acc = _dot_acc(w, x, acc, IEEE_FP32)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
-            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty, ROUND_OUT)  # fmt: skip
 
 
 @triton.jit
@@ -590,6 +619,7 @@ def _gemv_fma_kernel(
     BLOCK_K: tl.constexpr,
     VEC: tl.constexpr,  # elements per 16-byte load
     PDL: tl.constexpr,
+    ROUND_OUT: tl.constexpr = False,  # as in _gemv_dot_kernel
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -622,7 +652,8 @@ def _gemv_fma_kernel(
         acc += w.to(tl.float32) * x
     y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
     _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
-            counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS)  # fmt: skip
+            counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty,
+            ROUND_OUT)  # fmt: skip
 
 
 @triton.jit
@@ -744,10 +775,13 @@ def _finish(
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    X_TY: tl.constexpr,  # x's element type (ROUND_OUT)
+    ROUND_OUT: tl.constexpr,
 ):
     mask = (row_ids[:, None] < N) & (token_ids[None, :] < M)
     if SPLIT == 0:
-        _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out, HAS_BIAS)
+        _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out, HAS_BIAS,
+                      X_TY, ROUND_OUT)  # fmt: skip
     else:
         partials = partial_ptr + token_ids[None, :] * N + row_ids[:, None]  # split 0's [N, M] view
         tl.store(partials + pid_k * M * N, acc, mask=mask)
@@ -764,14 +798,16 @@ def _finish(
                                      cache_modifier=".cg")  # fmt: skip
                 tl.store(counter_ptr + pid_n, 0)  # ready for the next launch
                 _store_output(total, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
-                              HAS_BIAS)  # fmt: skip
+                              HAS_BIAS, X_TY, ROUND_OUT)  # fmt: skip
 
 
 @triton.jit
 def _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
-                  HAS_BIAS: tl.constexpr):  # fmt: skip
+                  HAS_BIAS: tl.constexpr, X_TY: tl.constexpr, ROUND_OUT: tl.constexpr):  # fmt: skip
     if HAS_BIAS:
         acc += tl.load(bias_ptr + row_ids, mask=row_ids < N, other=0.0).to(tl.float32)[:, None]
+    if ROUND_OUT:  # the values an x-dtype output would hold, widened (`logits`)
+        acc = acc.to(X_TY).to(tl.float32)
     out = out_ptr + token_ids[None, :] * stride_out + row_ids[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -788,6 +824,8 @@ def _reduce_splits_kernel(
     NUM_SPLITS: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
+    X_TY: tl.constexpr = tl.float32,  # as in _finish
+    ROUND_OUT: tl.constexpr = False,
 ):
     token = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -798,4 +836,6 @@ def _reduce_splits_kernel(
         acc += tl.load(partial_ptr + (split * M + token) * N + cols, mask=mask, other=0.0)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if ROUND_OUT:
+        acc = acc.to(X_TY).to(tl.float32)
     tl.store(out_ptr + token * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)

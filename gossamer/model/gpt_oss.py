@@ -268,7 +268,7 @@ class GptOssForCausalLM(nn.Module):
         return (hidden, aux) if aux_layers else hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab]
-        return self.ops.linear(hidden, self.lm_head.weight, None).float()
+        return self.ops.logits(hidden, self.lm_head.weight)
 
     def allocate_kv_cache(
         self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None

@@ -92,6 +92,10 @@ class Ops(Protocol):
         """x [T, in] @ weight[out, in].T + bias -> [T, out]."""
         ...
 
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The unembedding: linear(hidden, weight, None) in hidden's dtype, as float32 [T, vocab]."""
+        ...
+
     def rms_norm(
         self,
         x: torch.Tensor,

@@ -25,6 +25,9 @@ class TorchOps:
     ) -> torch.Tensor:
         return F.linear(x, weight, bias)
 
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, weight).float()
+
     def rms_norm(
         self,
         x: torch.Tensor,

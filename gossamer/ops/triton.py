@@ -37,6 +37,9 @@ class TritonOps:
     ) -> torch.Tensor:
         return gemv.linear(x, weight, bias)
 
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return gemv.logits(hidden, weight)
+
     def rms_norm(
         self,
         x: torch.Tensor,

@@ -94,6 +94,36 @@ def test_fixups_add_splits_in_the_same_order(gemv, kernel):
     assert torch.equal(gemv.gemv(x, weight, bias, TINY[kernel]), last)  # a second launch agrees
 
 
+@pytest.mark.parametrize("config", ["dot", "dot_reduce", "dot_no_split", "fma", "fma_reduce"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_float32_logits_hold_the_rounded_values(gemv, config, m):
+    """out_dtype=float32 (`logits`): the values the x-dtype output holds, widened: bit-equal to
+    gemv(...).float() through every finish (unsplit, last-program fixup, reduce kernel)."""
+    x, weight, bias = _problem(m, 40, 1000, torch.float16, seed=12)
+    half = gemv.gemv(x, weight, bias, TINY[config])
+    wide = gemv.gemv(x, weight, bias, TINY[config], out_dtype=torch.float32)
+    assert wide.dtype == torch.float32 and torch.equal(wide, half.float())
+    with pytest.raises(ValueError, match="writes"):
+        gemv.gemv(x, weight, bias, TINY[config], out_dtype=torch.bfloat16)
+
+
+def test_logits_take_the_triton_gemv_where_it_serves(gemv, monkeypatch):
+    x, weight, _ = _problem(1, 70, 200, torch.float16, seed=13)
+    out = gemv.logits(x, weight)
+    assert out.dtype == torch.float32 and torch.equal(out, gemv.gemv(x, weight, None).float())
+    many = torch.randn(gemv.GEMV_MAX_M + 1, 200, device=DEVICE).to(torch.float16)
+    assert torch.equal(gemv.logits(many, weight), F.linear(many, weight).float())  # torch's
+    # the unembedding's shape ("huge"): Triton at one token only with TRITON_UNEMBED on
+    x1 = torch.empty(1, 2880, dtype=torch.bfloat16, device="meta")
+    unembed = torch.empty(201088, 2880, dtype=torch.bfloat16, device="meta")
+    monkeypatch.setattr(gemv, "TRITON_UNEMBED", False)
+    assert not gemv.serves(x1, unembed)
+    monkeypatch.setattr(gemv, "TRITON_UNEMBED", True)
+    assert gemv.serves(x1, unembed) and not gemv.serves(x1.expand(2, -1), unembed)
+    plan = gemv.plan_gemv(1, 201088, 2880, 132)  # (the fixture's module: its own GemvConfig)
+    assert plan.config == gemv.CONFIGS["huge_m1"] and plan.split_k == 1
+
+
 def test_pack_tiles_puts_each_tile_in_one_run(gemv):
     weight = torch.randn(37, 100)
     tiles = gemv.pack_tiles(weight, 16, 32)
@@ -278,6 +308,22 @@ def test_gpu_other_configs_bf16(name, n, k, m, config):
 
     x, weight, bias = _problem(m, n, k, torch.bfloat16, seed=n + m, device="cuda")
     _check_bf16(compiled.gemv(x, weight, bias, GPU_CONFIGS[config]), x, weight, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["huge_m1", "huge", "fma"])
+def test_gpu_unembedding_logits_on_the_triton_gemv(config):
+    """The batch-1 unembedding (gemv.TRITON_UNEMBED's path) on its tile and others: float32 logits
+    that hold bf16 values, within the bf16 GEMV tolerance of the exact product, and the same bits as
+    the bf16 output widened."""
+    from gossamer.kernels import gemv as compiled
+
+    x, weight, _ = _problem(1, 201088, 2880, torch.bfloat16, seed=21, device="cuda")
+    tile = compiled.CONFIGS.get(config) or GPU_CONFIGS[config]
+    logits = compiled.gemv(x, weight, None, tile, out_dtype=torch.float32)
+    assert logits.dtype == torch.float32
+    assert torch.equal(logits, compiled.gemv(x, weight, None, tile).float())
+    _check_bf16(logits.to(torch.bfloat16), x, weight, None)
 
 
 @pytest.mark.gpu
