@@ -48,7 +48,7 @@ import triton.language as tl
 from timing import copy_bandwidth, graph_seconds_per_call
 
 from gossamer.config import ModelConfig
-from gossamer.kernels import pdl
+from gossamer.kernels import gemv, pdl
 from gossamer.presets import preset
 
 SMALL_BYTES = 16 << 10  # a one-program kernel: the norms, the routing, the sampling
@@ -152,16 +152,18 @@ def _tiled_kernel(src, out, num_rows, row_words, words_per_split, row_step, BLOC
     tl.store(out + pid_n * tl.num_programs(1) + pid_k, tl.sum(tl.sum(acc, axis=1), axis=0))
 
 
-TILE_ROWS, TILE_WORDS, TILE_PROGRAMS_PER_SM = 16, 32, 8  # gemv.CONFIGS["tall"] at batch 1
+TILE_ROWS, TILE_WORDS = 16, 32  # the batch-1 QKV / O tiles (gemv.CONFIGS "tall_m1", "medium")
 
 
 def tiled_plan(rows: int, row_words: int, num_sms: int) -> tuple[int, int, int]:
-    """(row blocks, K splits, words per split) as gemv.plan_gemv splits the batch-1 QKV / O."""
-    row_blocks = triton.cdiv(rows, TILE_ROWS)
-    k_blocks = triton.cdiv(row_words, TILE_WORDS)
-    split = max(1, min(triton.cdiv(TILE_PROGRAMS_PER_SM * num_sms, row_blocks), k_blocks // 2))
-    per_split = triton.cdiv(k_blocks, split)
-    return row_blocks, triton.cdiv(k_blocks, per_split), per_split * TILE_WORDS
+    """(row blocks, K splits, words per split) as gemv.plan_gemv plans the batch-1 QKV / O
+    (bf16: two per int32 word) on their tiles, by shape: more rows than columns is QKV's
+    ("tall_m1": unsplit since the sixteenth session), else O's ("medium": split)."""
+    config = gemv.CONFIGS["tall_m1" if rows > 2 * row_words else "medium"]
+    plan = gemv.plan_gemv(1, rows, 2 * row_words, num_sms, config)
+    if (plan.config.block_n, plan.config.block_k) != (TILE_ROWS, 2 * TILE_WORDS):
+        raise ValueError(f"the GEMV's tile changed to {plan.config}: update TILE_ROWS / _WORDS")
+    return plan.row_blocks, plan.split_k, plan.k_per_split // 2
 
 
 def stream_tiled(src: torch.Tensor, out: torch.Tensor, num_sms: int, packed: bool = False) -> None:

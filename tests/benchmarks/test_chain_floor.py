@@ -105,7 +105,7 @@ def test_stream_kernel_sums_each_programs_run():
 
 
 @pytest.mark.parametrize("name", ["gpt-oss-20b", "gpt-oss-120b"])
-def test_tiled_reads_split_qkv_and_o_as_the_gemv_does(chain, name):
+def test_tiled_reads_qkv_and_o_as_the_gemv_plans_them(chain, name):
     from gossamer.kernels import gemv
 
     shaped = [s for s in chain.step_segments(preset(name), 1024) if s.shape is not None]
