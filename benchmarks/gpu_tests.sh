@@ -7,5 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD
+# Unbuffered, so a log written to a file ends where pytest did, and inductor compiling in-process
+# (no worker pool to wind down at exit): session 16's first run, with the torch.compile test
+# (tests/mini/test_mini_gpu.py) on a cold cache, exited 0 without its summary line. (A guess at
+# the cause, not confirmed. Session 15's run of the kernel and runner tests, without that test,
+# hung after 100% for another reason not found.)
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=1
 python3 -m pytest -m gpu tests --ignore=tests/server --ignore=tests/harmony \
     --ignore=tests/test_end_to_end.py -p no:cacheprovider -q --tb=short -rf "$@"

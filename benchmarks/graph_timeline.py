@@ -97,9 +97,23 @@ def end_deltas(step: list[Event], step_start: float) -> list[float]:
     return deltas
 
 
-def timeline(steps: list[list[Event]]) -> dict:
-    """Per-name medians over steps and the step's period, span and idle time between steps. The
-    last step only ends the previous one's period: at least two steps are needed."""
+def role(name: str, call: int, calls: int, layers: int | None) -> str:
+    """A kernel's row in the table: its name, and where it runs several times a layer (the dense
+    GEMV serves QKV and O), which of those calls: "name #i" for the i-th call in each layer. Calls
+    beyond a whole number per layer are taken to come after the layers (the final norm, a Triton
+    unembedding): "name (last)"."""
+    per_layer = calls // layers if layers else 0
+    if per_layer == 0 or (per_layer == 1 and calls == layers):
+        return name
+    if call >= per_layer * layers:
+        return f"{name} (last)"
+    return f"{name} #{call % per_layer}" if per_layer > 1 else name
+
+
+def timeline(steps: list[list[Event]], layers: int | None = None) -> dict:
+    """Per-kernel medians over steps and the step's period, span and idle time between steps. The
+    last step only ends the previous one's period: at least two steps are needed. With `layers`,
+    a kernel called k times a layer gets k rows (`role`)."""
     measured = steps[:-1]
     periods = [nxt[0].start - cur[0].start for cur, nxt in zip(measured, steps[1:], strict=True)]
     spans = [max(e.end for e in step) - step[0].start for step in measured]
@@ -110,12 +124,16 @@ def timeline(steps: list[list[Event]]) -> dict:
         deltas = end_deltas(step, step[0].start)
         for key, event, delta in zip(keyed(step), step, deltas, strict=True):
             samples[key].append((event.end - event.start, delta))
+    per_step = defaultdict(int)
+    for name, _ in keyed(steps[0]):
+        per_step[name] += 1
     calls: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for (name, _), times in samples.items():
+    for (name, call), times in samples.items():
         if 2 * len(times) < len(measured):
             continue  # a copy or kernel most steps do not have
         duration = statistics.median(d for d, _ in times)
-        calls[name].append((duration, statistics.median(x for _, x in times)))
+        row = role(name, call, per_step[name], layers)
+        calls[row].append((duration, statistics.median(x for _, x in times)))
     table = [
         KernelTimes(
             name,
@@ -199,7 +217,8 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     }
     if args.json:  # the raw events first: a trace the analysis refuses can be read again later
         Path(args.json).with_suffix(".events.json").write_text(json.dumps(raw))
-    result = {**timeline(split_steps(events)), "fed_step_us": fed_s * 1e6}
+    layers = loaded.config.num_hidden_layers
+    result = {**timeline(split_steps(events), layers), "fed_step_us": fed_s * 1e6}
     print_timeline(raw["model"], result, args.top)
     return {"model": raw["model"], **result}
 

@@ -89,3 +89,27 @@ def test_names_called_several_times_a_step_add_up(tl):
     assert k["calls_per_step"] == 2
     assert k["end_delta_us_per_step"] == 4.0
     assert k["median_end_delta_us"] == 2.0
+
+
+def test_kernels_called_twice_a_layer_get_a_row_per_call(tl):
+    """Two layers of (gemv, norm, gemv): with layers=2 the GEMV's first and second call in each
+    layer are rows of their own, as QKV and O are."""
+
+    def step(t0):
+        names = ["gemv", "norm", "gemv"] * 2 + ["ArgMax"]
+        lengths = [3, 1, 2] * 2 + [1]
+        events, t = [], t0
+        for name, length in zip(names, lengths, strict=True):
+            events.append(tl.Event(name, t, t + length))
+            t += length
+        return events
+
+    result = tl.timeline([step(0.0), step(20.0)], layers=2)
+    rows = {row["name"]: row for row in result["kernels"]}
+    assert rows["gemv #0"]["end_delta_us_per_step"] == 6.0  # 3 us in each of two layers
+    assert rows["gemv #1"]["end_delta_us_per_step"] == 4.0
+    assert rows["norm"]["calls_per_step"] == 2 and "gemv" not in rows
+    assert tl.role("gemv", 3, 4, 2) == "gemv #1" and tl.role("x", 1, 1, 2) == "x"
+    # 2 a layer + one after the layers (QKV, O, then a Triton unembedding)
+    assert [tl.role("g", c, 5, 2) for c in range(5)] == ["g #0", "g #1", "g #0", "g #1", "g (last)"]
+    assert [tl.role("n", c, 3, 2) for c in range(3)] == ["n", "n", "n (last)"]
