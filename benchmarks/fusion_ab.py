@@ -55,6 +55,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                sixteenth session; qkv_split the split tile before it); qkv_whole_k_s6 / _s12
                its pipeline depth; o_whole_k_s8 / o_split2_s8 / o_split3_s6 O in 1-3 splits
   norm_folded_early  norm_folded with the QKV GEMV's first W tile loaded before its PDL wait
+  topk_keys    the routing's top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS); route_in_all /
+               route_in_all_keys: the expert GEMVs route themselves at any expert count (120b)
   unembed_triton / unembed_<rows>x<cols>w<warps>s<stages>  the batch-1 unembedding on the Triton
                GEMV (gemv.TRITON_UNEMBED; huge_m1's tile, or the one named) instead of cuBLAS
   all_early    dense_early and gate_up_early together
@@ -214,6 +216,12 @@ for _n, _k, _w, _s in UNEMBED_TILES:
 # The decode MoE with its routing kernel (the default until the fifteenth session), and batch-1
 # expert GEMV and norm launch configs inside the graph (moe_decode_sweep.py timed them alone).
 VARIANTS["routing_kernel"] = {"route_in_experts": False}
+# The top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS: one reduction a slot instead of two), in
+# the routing kernel or in the expert GEMVs; route_in_all: routing in the expert GEMVs at 128
+# experts too (120b; ROUTE_IN_EXPERTS_MAX_EXPERTS 32 keeps it to 20b)
+VARIANTS["topk_keys"] = {"topk_keys": True}
+VARIANTS["route_in_all"] = {"route_in_max_experts": 1 << 30}
+VARIANTS["route_in_all_keys"] = {"route_in_max_experts": 1 << 30, "topk_keys": True}
 GATE_UP_VARIANTS = {
     "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
     "gu_p8w4": {"BLOCK_PAIRS": 8, "num_warps": 4},
@@ -327,6 +335,10 @@ def apply(model, variant: dict, defaults: dict) -> None:
     norm.NUM_WARPS = variant.get("norm_warps", defaults["norm_warps"])
     moe_mxfp4.PACKED_GATE_UP = variant.get("packed_gate_up", defaults["packed_gate_up"])
     gemv.TRITON_UNEMBED = variant.get("triton_unembed", defaults["triton_unembed"])
+    moe_mxfp4.TOP_K_KEYS = variant.get("topk_keys", defaults["topk_keys"])
+    moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS = variant.get(
+        "route_in_max_experts", defaults["route_in_max_experts"]
+    )
     moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
@@ -396,6 +408,8 @@ def current_defaults() -> dict:
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
             "route_in_experts": moe_mxfp4.ROUTE_IN_EXPERTS, "norm_warps": norm.NUM_WARPS,
             "packed_gate_up": moe_mxfp4.PACKED_GATE_UP, "triton_unembed": gemv.TRITON_UNEMBED,
+            "topk_keys": moe_mxfp4.TOP_K_KEYS,
+            "route_in_max_experts": moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 
 

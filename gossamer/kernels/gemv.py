@@ -21,7 +21,9 @@ K is split over `split_k` programs that write float32 partial sums. They are add
 
 Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..., config=...)`
 overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
-The pure-torch twin is torch.nn.functional.linear.
+The pure-torch twin is torch.nn.functional.linear. `logits` (the unembedding) asks for a float32
+output: the kernels round to x's dtype and store the widened values (ROUND_OUT), which is
+linear(...).float() without the cast kernel.
 
 Tile-packed weights (`USE_PACKED`, on by default; GOSSAMER_PACKED_GEMV=0 turns them off):
 `register_packed` keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a

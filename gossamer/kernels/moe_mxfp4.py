@@ -372,6 +372,7 @@ def _route_kernel(
     BLOCK_H: tl.constexpr,
     V2_GROUPS: tl.constexpr = 4,  # X_LAYOUT 4: scale groups per step of the v2 gate_up kernel
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
+    TOPK_KEYS: tl.constexpr = False,  # the top-k by packed keys (TOP_K_KEYS)
 ):
     token = tl.program_id(0)
     expert = tl.arange(0, E_P2)
@@ -384,7 +385,7 @@ def _route_kernel(
         logits_ptr + token * logits_row_stride + expert, mask=expert < E, other=float("-inf")
     ).to(tl.float32)
     _top_k_softmax(logits, expert, ids_ptr + token * TOP_K, weights_ptr + token * TOP_K,
-                   E, E_P2, TOP_K, K_P2)  # fmt: skip
+                   E, E_P2, TOP_K, K_P2, TOPK_KEYS)  # fmt: skip
 
     if X_LAYOUT == 1:
         for start in tl.static_range(0, H, BLOCK_H):
@@ -420,21 +421,21 @@ def _route_kernel(
 
 @triton.jit
 def _top_k_softmax(logits, expert, ids_ptr, weights_ptr, E: tl.constexpr, E_P2: tl.constexpr,
-                   TOP_K: tl.constexpr, K_P2: tl.constexpr):  # fmt: skip
+                   TOP_K: tl.constexpr, K_P2: tl.constexpr, KEYS: tl.constexpr = False):  # fmt: skip
     """Store the TOP_K largest of fp32 logits [E_P2] (-inf past E) as ids (ties: the lower
     expert) and their softmax weights, at ids_ptr[0:TOP_K] and weights_ptr[0:TOP_K]."""
     slot = tl.arange(0, K_P2)
-    top_ids, weights = _top_k_weights(logits, expert, E, E_P2, TOP_K, K_P2)
+    top_ids, weights = _top_k_weights(logits, expert, E, E_P2, TOP_K, K_P2, KEYS)
     tl.store(ids_ptr + slot, top_ids, mask=slot < TOP_K)
     tl.store(weights_ptr + slot, weights, mask=slot < TOP_K)
 
 
 @triton.jit
 def _top_k_weights(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
-                   K_P2: tl.constexpr):  # fmt: skip
+                   K_P2: tl.constexpr, KEYS: tl.constexpr = False):  # fmt: skip
     """The TOP_K largest of fp32 logits [E_P2] (-inf past E) -> (ids [K_P2] (ties: the lower
     expert), their softmax weights [K_P2]); slots past TOP_K hold expert 0 with weight 0."""
-    top_logits, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2)
+    top_logits, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2, KEYS)
     valid = tl.arange(0, K_P2) < TOP_K
     exps = tl.where(valid, tl.exp(top_logits - tl.max(top_logits, axis=0)), 0.0)
     return tl.where(valid, top_ids, 0), exps / tl.sum(exps, axis=0)
@@ -442,9 +443,11 @@ def _top_k_weights(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: t
 
 @triton.jit
 def _top_k(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
-           K_P2: tl.constexpr):  # fmt: skip
+           K_P2: tl.constexpr, KEYS: tl.constexpr = False):  # fmt: skip
     """The TOP_K largest of fp32 logits [E_P2] (-inf past E), largest first -> (logits [K_P2],
-    ids [K_P2]; ties: the lower expert)."""
+    ids [K_P2]; ties: the lower expert). KEYS: the same by `_top_k_keys`."""
+    if KEYS:
+        return _top_k_keys(logits, expert, E, E_P2, TOP_K, K_P2)
     slot = tl.arange(0, K_P2)
     top_logits = tl.full([K_P2], float("-inf"), tl.float32)
     top_ids = tl.zeros([K_P2], tl.int32)
@@ -458,15 +461,53 @@ def _top_k(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.conste
     return top_logits, top_ids
 
 
+# Packed top-k keys (TOP_K_KEYS): each slot of `_top_k` is two dependent reductions across the
+# program's threads (the max logit, then the lowest expert holding it), and with 128 experts over 4
+# warps each is a trip through shared memory. One int64 key per expert, the logit's bits made
+# order-preserving above the expert's rank below, makes it one max a slot with the same winner
+# (ties: the lower expert) and the same logit bits back. Off until measured in the graph
+# (fusion_ab.py topk_keys; with route_in_all it decides whether 120b can drop its routing kernel,
+# which the two-reduction top-k made +46 us slower). (env: A/B runs)
+TOP_K_KEYS = os.environ.get("GOSSAMER_TOP_K_KEYS", "0") == "1"
+_NO_KEY = tl.constexpr(-(2**63))  # below every key: a taken expert
+
+
+@triton.jit
+def _order_bits(bits):
+    """fp32 bits (int32) -> int32 in the floats' order (negative floats: magnitude bits flipped);
+    its own inverse."""
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
+def _top_k_keys(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
+                K_P2: tl.constexpr):  # fmt: skip
+    """`_top_k` with one reduction a slot: key = ordered logit bits << 32 | (E_P2 - 1 - expert)."""
+    ordered = _order_bits(logits.to(tl.int32, bitcast=True))
+    keys = (ordered.to(tl.int64) << 32) | (E_P2 - 1 - expert).to(tl.int64)
+    slot = tl.arange(0, K_P2)
+    top_logits = tl.full([K_P2], float("-inf"), tl.float32)
+    top_ids = tl.zeros([K_P2], tl.int32)
+    for k in tl.static_range(TOP_K):
+        best = tl.max(keys, axis=0)
+        # NOTE: clamped so that NaN logits give garbage, not out-of-bounds reads (as _top_k)
+        best_id = tl.minimum(E_P2 - 1 - (best & 0xFFFFFFFF).to(tl.int32), E - 1)
+        best_logit = _order_bits((best >> 32).to(tl.int32)).to(tl.float32, bitcast=True)
+        top_logits = tl.where(slot == k, best_logit, top_logits)
+        top_ids = tl.where(slot == k, best_id, top_ids)
+        keys = tl.where(keys == best, _NO_KEY, keys)
+    return top_logits, top_ids
+
+
 @triton.jit
 def _routed_expert(logits_row_ptr, k, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
-                   K_P2: tl.constexpr):  # fmt: skip
+                   K_P2: tl.constexpr, KEYS: tl.constexpr = False):  # fmt: skip
     """The expert in slot k of a token's routing, from its logits row as `_route_kernel` reads
     it (the same top-k: the same id)."""
     expert = tl.arange(0, E_P2)
     logits = tl.load(logits_row_ptr + expert, mask=expert < E, other=float("-inf"),
                      cache_modifier=".cg").to(tl.float32)  # fmt: skip
-    _, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2)
+    _, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2, KEYS)
     return tl.sum(tl.where(tl.arange(0, K_P2) == k, top_ids, 0), axis=0)
 
 
@@ -551,6 +592,7 @@ def _route(
         X_LAYOUT=0 if x is None else _X_LAYOUTS[x_layout],
         BLOCK_H=_route_block(hidden, x_layout if x is not None else None),
         V2_GROUPS=v2_groups,
+        TOPK_KEYS=TOP_K_KEYS,
         num_warps=4 if x_layout != "fp16" else 8,
         **pdl.launch_options(router_logits.device),
     )
@@ -621,6 +663,7 @@ def _router_route_kernel(
     NORM: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     PDL: tl.constexpr = False,
+    TOPK_KEYS: tl.constexpr = False,  # as in _route_kernel
 ):
     pid = tl.program_id(0)
     expert = tl.arange(0, E_P2)
@@ -649,7 +692,7 @@ def _router_route_kernel(
             logits = (tl.sum(parts, axis=0) + bias).to(x_ptr.dtype.element_ty).to(tl.float32)
             logits = tl.where(expert < E, logits, float("-inf"))
             _top_k_softmax(logits, expert, ids_ptr + m * TOP_K, weights_ptr + m * TOP_K,
-                           E, E_P2, TOP_K, K_P2)  # fmt: skip
+                           E, E_P2, TOP_K, K_P2, TOPK_KEYS)  # fmt: skip
             x_row = _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, row, row < H, eps,
                                   H, BLOCK_H, NORM, HAS_RESIDUAL, False)  # fmt: skip
             _store_fp16_planes(x_row, row, x_h_ptr + m * H, x_unscale_ptr + m, H)
@@ -752,7 +795,7 @@ def router_route(
         H=hidden, E=num_experts, E_P2=e_p2, TOP_K=top_k, K_P2=triton.next_power_of_2(top_k),
         BLOCK_K=ROUTER_BLOCK_K, BLOCK_H=triton.next_power_of_2(hidden), SPLITS=splits,
         SPLITS_P2=triton.next_power_of_2(splits), NORM=norm, HAS_RESIDUAL=has_residual,
-        num_warps=ROUTER_WARPS, **pdl.launch_options(device),
+        TOPK_KEYS=TOP_K_KEYS, num_warps=ROUTER_WARPS, **pdl.launch_options(device),
     )  # fmt: skip
     new_residual = res_out if has_residual else x
     return ids, weights, x_h, x_unscale, new_residual
@@ -1248,6 +1291,7 @@ def _fp16_gate_up_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (EARLY)
     E_P2: tl.constexpr = 1,
+    TOPK_KEYS: tl.constexpr = False,  # the top-k by packed keys (TOP_K_KEYS), with the logits
     K_P2: tl.constexpr = 1,
     EARLY: tl.constexpr = 0,  # 1: the expert from the logits and the first step's words, before
     # the PDL wait (see the comment at the wait)
@@ -1284,7 +1328,7 @@ def _fp16_gate_up_kernel(
         # (.cg), where that kernel's writes are. The same top-k as the routing's gives the same
         # expert, and its first weights are on their way before the wait.
         expert = _routed_expert(logits_ptr + token * logits_stride, pair % TOP_K, E, E_P2, TOP_K,
-                                K_P2).to(tl.int64)  # fmt: skip
+                                K_P2, TOPK_KEYS).to(tl.int64)  # fmt: skip
         gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
                                                  kw, step, scale_step, INTER, G)  # fmt: skip
         if NUM_STAGES == 0:
@@ -1300,7 +1344,7 @@ def _fp16_gate_up_kernel(
     if not EARLY:
         if ROUTE:  # the logits come from the launch just before (the router GEMV)
             expert = _routed_expert(logits_ptr + token * logits_stride, pair % TOP_K, E, E_P2,
-                                    TOP_K, K_P2).to(tl.int64)  # fmt: skip
+                                    TOP_K, K_P2, TOPK_KEYS).to(tl.int64)  # fmt: skip
         else:
             expert = tl.load(ids_ptr + pair).to(tl.int64)
         if PACKED:
@@ -1480,6 +1524,7 @@ def _fp16_down_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (ROUTE)
     E_P2: tl.constexpr = 1,
+    TOPK_KEYS: tl.constexpr = False,  # the top-k by packed keys (TOP_K_KEYS), with the logits
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1500,7 +1545,7 @@ def _fp16_down_kernel(
         e_idx = tl.arange(0, E_P2)
         logits = tl.load(logits_ptr + token * logits_stride + e_idx, mask=e_idx < E,
                          other=float("-inf"), cache_modifier=".cg").to(tl.float32)  # fmt: skip
-        top_ids, route_w = _top_k_weights(logits, e_idx, E, E_P2, TOP_K, K_P2)
+        top_ids, route_w = _top_k_weights(logits, e_idx, E, E_P2, TOP_K, K_P2, TOPK_KEYS)
         expert = top_ids.to(tl.int64)
     else:
         expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg").to(tl.int64)
@@ -1734,7 +1779,8 @@ def _logits_args(router_logits: torch.Tensor, top_k: int) -> dict:
     """The GEMV kernels' arguments for finding experts from the router logits themselves."""
     num_experts = router_logits.shape[1]
     return dict(logits_ptr=router_logits, logits_stride=router_logits.stride(0), E=num_experts,
-                E_P2=triton.next_power_of_2(num_experts), K_P2=triton.next_power_of_2(top_k))  # fmt: skip
+                E_P2=triton.next_power_of_2(num_experts), K_P2=triton.next_power_of_2(top_k),
+                TOPK_KEYS=TOP_K_KEYS)  # fmt: skip
 
 
 # Epilogue kernels (split-K sums) take this many elements per program.

@@ -125,6 +125,28 @@ def test_route_ties_go_to_the_lower_expert(moe):
     torch.testing.assert_close(weights.cpu(), torch.tensor([0.5, 0.5]))
 
 
+@pytest.mark.parametrize("num_experts,top_k", [(128, 4), (32, 4), (5, 5)])
+def test_route_by_packed_keys_gives_the_same_bits(moe, monkeypatch, num_experts, top_k):
+    """TOP_K_KEYS (one int64 max a slot) against the two-reduction top-k: the same ids and weights,
+    bit for bit, with ties, logits below -2 (negative floats order by flipped bits) and -inf.
+    (Fewer finite logits than top_k is left out: there the old top-k repeats expert 0.)"""
+    g = torch.Generator().manual_seed(num_experts)
+    logits = torch.randn(6, num_experts, generator=g) * 4
+    logits[0, :3] = logits[0].max()  # a three-way tie for the top
+    logits[1] = -torch.rand(num_experts, generator=g) * 50 - 2.0  # all below -2
+    logits[2, top_k:] = float("-inf")  # (padding's value; never chosen while a finite one is left)
+    logits[3, top_k - 1 :] = logits[3, 0]  # ties at the last slot taken
+    logits = logits.to(DEVICE)
+    monkeypatch.setattr(moe, "TOP_K_KEYS", False)
+    ids, weights, _ = moe.route(logits, top_k)
+    monkeypatch.setattr(moe, "TOP_K_KEYS", True)
+    key_ids, key_weights, _ = moe.route(logits, top_k)
+    assert torch.equal(key_ids, ids) and torch.equal(key_weights, weights)
+    for row, got in zip(logits.cpu().tolist(), key_ids.view(6, top_k).tolist(), strict=True):
+        order = sorted(range(num_experts), key=lambda e: (-row[e], e))  # ties: the lower expert
+        assert got == order[:top_k]
+
+
 # ------------------------------------------------------------------------------------------------
 # Both paths against the reference
 # ------------------------------------------------------------------------------------------------
