@@ -14,9 +14,11 @@ what it costs; the number that adds up to the step is its *end delta*: how much 
 everything before it in the step. The end deltas of a step plus the idle time before its first
 kernel sum to the step's period.
 
-Per kernel name: calls a step, median duration, and end deltas (median a call, sum a step); the
-step's period, the span inside the graph and the idle time between steps (graph launch, the input
-copies' and the argmax's place in the loop) beside the unprofiled fed step from decode_speed.py.
+Per kernel name: calls a step, median duration, and end deltas (median a call, sum a step), and
+for the parts whose bytes are known (QKV, O, router, the experts' GEMVs, the unembedding) their
+byte floor a step (bytes / the copy bandwidth measured in the same run); the step's period, the
+span inside the graph and the idle time between steps (graph launch, the input copies' and the
+argmax's place in the loop) beside the unprofiled fed step from decode_speed.py.
 
 step_profile.py reads eager steps (launches serialized); this reads the graph as it runs.
 """
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_speed import BLOCK, make_seqs, timed_decode_fed  # noqa: E402
 from throughput import load_dummy, run_info  # noqa: E402
+from timing import copy_bandwidth  # noqa: E402
 
 from gossamer.runner.model_runner import ModelRunner  # noqa: E402
 
@@ -58,6 +61,50 @@ class KernelTimes:
     median_us: float  # duration of one call, PDL wait included
     median_end_delta_us: float  # one call's end delta
     end_delta_us_per_step: float
+    floor_us_per_step: float | None = None  # its bytes / the copy bandwidth, where known (`floors`)
+
+
+# The batch-1 kernels whose bytes are known, by table row (`role`): the part of the step they read.
+# The dense GEMV serves QKV (#0) and O (#1) in each layer, and the unembedding after the layers
+# when gemv.TRITON_UNEMBED is on; cuBLAS's unembedding kernels are named by their library.
+PART_OF_ROW = {
+    "_gemv_dot_kernel #0": "qkv",
+    "_gemv_dot_kernel #1": "o",
+    "_gemv_dot_kernel (last)": "unembed",
+    "_gemv_fma_kernel": "router",
+    "_fp16_gate_up_kernel": "gate_up",
+    "_fp16_down_kernel": "down",
+}
+CUBLAS_MARKS = ("gemv", "gemm", "nvjet", "cutlass")  # a cuBLAS kernel's name has one of these
+
+
+def part_bytes(cfg) -> dict[str, float]:
+    """Bytes a batch-1 step reads per part, all layers: bf16 dense weights, the top-k experts'
+    MXFP4 words and scales (17 bytes a group of 32: 16 of codes, 1 scale), the unembedding."""
+    hidden, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    mxfp4 = 0.5 + 1 / 32  # bytes a weight
+    top_k = cfg.num_experts_per_tok
+    return {
+        "qkv": 2 * layers * hidden * (cfg.q_size + 2 * cfg.kv_size),
+        "o": 2 * layers * cfg.q_size * hidden,
+        "router": 2 * layers * cfg.num_local_experts * hidden,
+        "gate_up": layers * top_k * 2 * inter * hidden * mxfp4,
+        "down": layers * top_k * hidden * inter * mxfp4,
+        "unembed": 2 * cfg.vocab_size * hidden,
+    }
+
+
+def floors(table: list[dict], cfg, bandwidth: float) -> None:
+    """Fill each known row's floor_us_per_step (in place). A cuBLAS row is the unembedding only
+    while no Triton GEMV took it (one of the two, never both)."""
+    parts = part_bytes(cfg)
+    triton_unembed = any(row["name"] == "_gemv_dot_kernel (last)" for row in table)
+    for row in table:
+        part = PART_OF_ROW.get(row["name"])
+        if part is None and not triton_unembed and any(m in row["name"] for m in CUBLAS_MARKS):
+            part = "unembed"
+        if part is not None:
+            row["floor_us_per_step"] = parts[part] / bandwidth * 1e6
 
 
 def split_steps(events: list[Event], marker: str = "argmax") -> list[list[Event]]:
@@ -186,11 +233,13 @@ def print_timeline(name: str, result: dict, top: int) -> None:
         f"{result['period_us']:.1f} us, {result['events_per_step']:.0f} events a step, span "
         f"{result['span_us']:.1f} us, idle between steps {result['idle_us']:.1f} us"
     )
-    print(f"{'kernel':70s} calls  med us  med delta  delta/step")
+    print(f"{'kernel':70s} calls  med us  med delta  delta/step  floor/step")
     for row in result["kernels"][:top]:
+        floor = row.get("floor_us_per_step")
         print(
             f"{row['name'][:70]:70s} {row['calls_per_step']:5.0f} {row['median_us']:7.2f} "
-            f"{row['median_end_delta_us']:10.2f} {row['end_delta_us_per_step']:11.1f}"
+            f"{row['median_end_delta_us']:10.2f} {row['end_delta_us_per_step']:11.1f} "
+            f"{'' if floor is None else f'{floor:10.1f}'}"
         )
 
 
@@ -219,6 +268,8 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         Path(args.json).with_suffix(".events.json").write_text(json.dumps(raw))
     layers = loaded.config.num_hidden_layers
     result = {**timeline(split_steps(events), layers), "fed_step_us": fed_s * 1e6}
+    result["copy_bandwidth_bytes_s"] = bandwidth = copy_bandwidth()
+    floors(result["kernels"], loaded.config, bandwidth)
     print_timeline(raw["model"], result, args.top)
     return {"model": raw["model"], **result}
 

@@ -113,3 +113,28 @@ def test_kernels_called_twice_a_layer_get_a_row_per_call(tl):
     # 2 a layer + one after the layers (QKV, O, then a Triton unembedding)
     assert [tl.role("g", c, 5, 2) for c in range(5)] == ["g #0", "g #1", "g #0", "g #1", "g (last)"]
     assert [tl.role("n", c, 3, 2) for c in range(3)] == ["n", "n", "n (last)"]
+
+
+def test_floors_name_the_parts_whose_bytes_are_known(tl):
+    from gossamer.presets import preset
+
+    cfg = preset("gpt-oss-20b")
+    parts = tl.part_bytes(cfg)
+    assert parts["qkv"] == 2 * 24 * 2880 * 5120 and parts["unembed"] == 2 * 201088 * 2880
+    # four experts' gate_up per layer: 2 x 2880 rows of 2880 weights at 17/32 bytes a weight
+    assert parts["gate_up"] == 24 * 4 * 2 * 2880 * 2880 * 17 / 32
+    row = {"median_us": 0.0, "median_end_delta_us": 0.0, "end_delta_us_per_step": 0.0}
+    table = [
+        {"name": "_gemv_dot_kernel #0", **row},
+        {"name": "nvjet_sm90_tst_bf16_gemv", **row},
+        {"name": "_rms_norm_kernel", **row},
+    ]
+    tl.floors(table, cfg, bandwidth=1e12)  # 1 TB/s: a byte is 1e-6 us
+    assert table[0]["floor_us_per_step"] == parts["qkv"] / 1e6
+    assert table[1]["floor_us_per_step"] == parts["unembed"] / 1e6  # cuBLAS: the unembedding
+    assert "floor_us_per_step" not in table[2]
+    table.append({"name": "_gemv_dot_kernel (last)", **row})  # a Triton unembedding: not cuBLAS
+    del table[1]["floor_us_per_step"]
+    tl.floors(table, cfg, bandwidth=1e12)
+    assert "floor_us_per_step" not in table[1]
+    assert table[3]["floor_us_per_step"] == parts["unembed"] / 1e6
