@@ -482,7 +482,9 @@ def _order_bits(bits):
 @triton.jit
 def _top_k_keys(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
                 K_P2: tl.constexpr):  # fmt: skip
-    """`_top_k` with one reduction a slot: key = ordered logit bits << 32 | (E_P2 - 1 - expert)."""
+    """`_top_k` with one reduction a slot: key = ordered logit bits << 32 | (E_P2 - 1 - expert).
+    -0.0 becomes +0.0 first: `_top_k` compares them equal (a tie, to the lower expert)."""
+    logits = tl.where(logits == 0.0, 0.0, logits)
     ordered = _order_bits(logits.to(tl.int32, bitcast=True))
     keys = (ordered.to(tl.int64) << 32) | (E_P2 - 1 - expert).to(tl.int64)
     slot = tl.arange(0, K_P2)

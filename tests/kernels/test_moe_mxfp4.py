@@ -136,6 +136,8 @@ def test_route_by_packed_keys_gives_the_same_bits(moe, monkeypatch, num_experts,
     logits[1] = -torch.rand(num_experts, generator=g) * 50 - 2.0  # all below -2
     logits[2, top_k:] = float("-inf")  # (padding's value; never chosen while a finite one is left)
     logits[3, top_k - 1 :] = logits[3, 0]  # ties at the last slot taken
+    logits[4] = torch.where(torch.arange(num_experts) % 2 == 0, -0.0, 0.0)  # a tie of -0.0 and +0.0
+    logits[4, num_experts - 1] = -1.0
     logits = logits.to(DEVICE)
     monkeypatch.setattr(moe, "TOP_K_KEYS", False)
     ids, weights, _ = moe.route(logits, top_k)
