@@ -464,8 +464,8 @@ def _top_k(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.conste
 # Packed top-k keys (TOP_K_KEYS): each slot of `_top_k` is two dependent reductions across the
 # program's threads (the max logit, then the lowest expert holding it), and with 128 experts over 4
 # warps each is a trip through shared memory. One int64 key per expert, the logit's bits made
-# order-preserving above the expert's rank below, makes it one max a slot with the same winner
-# (ties: the lower expert) and the same logit bits back. Off until measured in the graph
+# order-preserving above the expert's rank below, makes it one max a slot with the same winners
+# (ties: the lower expert) and the same routing weights. Off until measured in the graph
 # (fusion_ab.py topk_keys; with route_in_all it decides whether 120b can drop its routing kernel,
 # which the two-reduction top-k made +46 us slower). (env: A/B runs)
 TOP_K_KEYS = os.environ.get("GOSSAMER_TOP_K_KEYS", "0") == "1"
@@ -1792,8 +1792,9 @@ _SPLIT_EPILOGUE_BLOCK = 1024
 # (`pack_gate_up`): a program's 32 rows x 16 groups a step then come from one 8 KB run (and one
 # 512-byte run of scales) instead of 32 pieces of 256 bytes from rows 1,440 bytes apart.
 # benchmarks/chain_floor.py (H200, 2026-12-04): the experts read in the GEMVs' tiles cost 88 us a
-# 20b step over plain streaming; repacked, 22. Off: not measured in the model yet, and the copy
-# costs ~6.8 GB (20b) / ~41 GB (120b) beside the row-major weights the other paths read.
+# 20b step over plain streaming; repacked, 22. Off: in the graph it is slower (H200, 2026-12-04,
+# fusion_ab.py packed_gate_up, fed, 5 rounds: 20b 1.459 -> 1.469 ms, 120b 2.089 -> 2.107), and the
+# copy costs ~6.8 GB (20b) / ~41 GB (120b) beside the row-major weights the other paths read.
 # (env: A/B runs; the loader registers the copies when on)
 PACKED_GATE_UP = os.environ.get("GOSSAMER_PACKED_GATE_UP", "0") == "1"
 
