@@ -54,6 +54,7 @@ import triton
 import triton.language as tl
 
 from gossamer.kernels import pdl
+from gossamer.kernels.keys import NO_KEY, key_index, value_key
 
 # Largest M served by the Triton kernels; above it, cuBLAS. Measured on the H200 (2026-12-02,
 # benchmarks/gemv_sweep.py): with the configs below they beat cuBLAS on QKV, O and the router at
@@ -124,15 +125,16 @@ CONFIGS: dict[str, GemvConfig] = {
     # (1.561 -> 1.542 ms a 20b step): its ~960 one-warp programs all fit on the GPU at once, the
     # FMA kernel's 1,280 did not (124 registers a thread: 8 programs an SM)
     "tall": GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
-    # QKV at M == 1 unsplit (320 programs of 45 tiles, 8 in flight): no split partials or last-
-    # program fixup. In the graph (H200, fusion_ab.py qkv_whole_k_s8, fed, 20b): -5 us a step
-    # (2026-12-04, 3 rounds), -6.6 us (2026-12-04 again, faster in 5 of 5 rounds); 120b has the
-    # same QKV shape but was not measured with it
-    "tall_m1": GemvConfig(block_n=16, block_k=64, num_warps=1, split_k=1, num_stages=8),
+    # QKV at M == 1 unsplit (320 programs of 45 tiles, 12 in flight): no split partials or last-
+    # program fixup. In the graph (H200, fusion_ab.py, fed, 5 rounds, 2026-12-04): unsplit 8 deep
+    # against the split tile -6.6 us a step on 20b, -12.6 on 120b; then 12 deep against 8 -5.4
+    # us on 20b (6 deep +11; 120b not measured at 12)
+    "tall_m1": GemvConfig(block_n=16, block_k=64, num_warps=1, split_k=1, num_stages=12),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
-    # the unembedding at M == 1 (TRITON_UNEMBED): a first guess, 32 rows x 256 bytes (8 KB) a step,
-    # 4 in flight (not yet measured; fusion_ab.py's unembed_* variants try others)
+    # the unembedding at M == 1 (TRITON_UNEMBED): 32 rows x 256 bytes (8 KB) a step, 4 in flight.
+    # In the graph (H200, fusion_ab.py, fed, 2026-12-04, 5 rounds) five other tiles were no faster
+    # (16x64w1s8, 32x256w4s3 and 16x256w2s4 within 1.5 us of it, 64x64w4s4 +8 us)
     "huge_m1": GemvConfig(block_n=32, block_k=128, split_k=1, num_warps=4),
 }
 
@@ -143,9 +145,10 @@ TRITON_CLASSES = ("narrow", "medium", "tall")
 # ...but in the batch-1 graph the unembedding's marginal cost is 279 us (20b, session 13's
 # knock-outs) where a streaming kernel reads its 1.16 GB in 255 us (chain_floor.py), and cuBLAS
 # neither overlaps the norm before it (no PDL) nor writes the float32 logits (a cast kernel
-# follows). With this on, "huge" at M == 1 runs here on CONFIGS["huge_m1"]. Off until measured
-# in the graph (fusion_ab.py unembed_*). (env: A/B runs)
-TRITON_UNEMBED = os.environ.get("GOSSAMER_TRITON_UNEMBED", "0") == "1"
+# follows). So "huge" at M == 1 runs here on CONFIGS["huge_m1"]: in the graph (H200, fusion_ab.py
+# unembed_triton, fed, 2026-12-04, faster in 5 of 5 rounds) 20b -17 us a step, 120b -8 us.
+# (env: A/B runs; GOSSAMER_TRITON_UNEMBED=0 is cuBLAS)
+TRITON_UNEMBED = os.environ.get("GOSSAMER_TRITON_UNEMBED", "1") == "1"
 
 
 def shape_class(out_features: int, in_features: int) -> str:
@@ -229,12 +232,22 @@ def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torc
     return FUSED_NORM_WHOLE_ROWS and default_config(rows, *weight.shape).block_k == WHOLE_K
 
 
-def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def logits(
+    hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+) -> torch.Tensor:
     """linear(hidden, weight, None).float() (the unembedding), in one launch where the Triton GEMV
-    serves it: its float32 store holds the values rounded to hidden's dtype, so no cast kernel."""
-    if not serves(hidden, weight):
-        return linear(hidden, weight, None).float()
-    return gemv(hidden, weight, None, out_dtype=torch.float32)
+    serves it: its float32 store holds the values rounded to hidden's dtype, so no cast kernel.
+    `greedy_out` ([T] int64): also each row's argmax, as torch.argmax picks it (the first index
+    of the largest value), which the GEMV's programs find with one atomic max each where they can
+    (`_greedy_pick`; the runner's in-graph greedy pick) and an argmax kernel finds elsewhere."""
+    picked = False
+    if serves(hidden, weight):
+        out, picked = _gemv(hidden, weight, None, None, torch.float32, greedy_out)
+    else:
+        out = linear(hidden, weight, None).float()
+    if greedy_out is not None and not picked:
+        greedy_out.copy_(out.argmax(dim=-1))
+    return out
 
 
 def gemv(
@@ -245,14 +258,48 @@ def gemv(
     out_dtype: torch.dtype | None = None,  # float32: x.dtype's values, widened (`logits`)
 ) -> torch.Tensor:
     """The Triton path of `linear`, output in x.dtype (or out_dtype)."""
+    return _gemv(x, weight, bias, config, out_dtype, None)[0]
+
+
+def _gemv(x, weight, bias, config, out_dtype, greedy_out) -> tuple[torch.Tensor, bool]:
+    """`gemv`; with `greedy_out` ([M] int64) its programs also pick each row's argmax where the
+    plan allows (`_greedy_scratch`). -> (output, whether they did)."""
     x2d, weight = _checked(x, weight)
     out_dtype = out_dtype or x.dtype
     if out_dtype not in (x.dtype, torch.float32):
         raise ValueError(f"gemv writes {x.dtype} or float32, not {out_dtype}")
     out = torch.empty((x2d.shape[0], weight.shape[0]), dtype=out_dtype, device=x.device)
+    greedy = None
     if x2d.shape[0] > 0:
-        _launch(x2d, weight, bias, out, _plan(x2d, weight, config))
-    return out.view(*x.shape[:-1], weight.shape[0])
+        plan = _plan(x2d, weight, config)
+        greedy = _greedy_scratch(greedy_out, plan, x.device)
+        _launch(x2d, weight, bias, out, plan, greedy=greedy)
+    return out.view(*x.shape[:-1], weight.shape[0]), greedy is not None
+
+
+# The greedy pick across programs (`_greedy_pick`): per device, [MAX_ROWS] int64 best keys (NO_KEY
+# between launches) and an int32 arrival count (0 between launches); the last program to arrive
+# reads the keys and resets both. NOTE: shared by every call on the device, as `_counters`.
+_GREEDY_KEYS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+_NO_KEY_VALUE = -(2**63)
+
+
+def _greedy_scratch(
+    greedy_out: torch.Tensor | None, plan: GemvPlan, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(ids out, keys, counter) when the kernel can pick greedily: the dot kernel, no K split
+    (each program holds whole rows' values), and scratch that exists outside a graph capture
+    (made during one, its fill would only be recorded). Else None: `logits` runs argmax."""
+    if greedy_out is None or plan.split_k != 1 or plan.config.kernel != "dot":
+        return None
+    if greedy_out.dtype != torch.int64 or not greedy_out.is_contiguous():
+        return None
+    if device not in _GREEDY_KEYS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        keys = torch.full((MAX_ROWS,), _NO_KEY_VALUE, dtype=torch.int64, device=device)
+        _GREEDY_KEYS[device] = (keys, torch.zeros(1, dtype=torch.int32, device=device))
+    return (greedy_out, *_GREEDY_KEYS[device])
 
 
 # Read registered packed copies (the loader registers QKV's and O's on CUDA). In the graph (H200,
@@ -363,7 +410,9 @@ def _plan(x2d: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None) ->
     return plan_gemv(x2d.shape[0], weight.shape[0], x2d.shape[1], num_sms, config)
 
 
-def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None = None) -> None:
+def _launch(
+    x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None = None, greedy=None
+) -> None:
     config, (num_tokens, in_features), out_features = plan.config, x.shape, weight.shape[0]
     split = _split_mode(plan, x.device)
     partial = out  # unused without a split
@@ -397,10 +446,14 @@ def _launch(x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None 
         _gemv_fma_kernel[grid](*args, VEC=16 // x.element_size(), **constants)
     else:
         ieee = x.dtype == torch.float32
+        greedy_args = {}
+        if greedy is not None:
+            greedy_args = dict(zip(("greedy_ptr", "keys_ptr", "arrivals_ptr"), greedy, strict=True))
+            greedy_args["GREEDY"] = True
         _gemv_dot_kernel[grid](*args, IEEE_FP32=ieee, BLOCK_M=plan.block_m,
                                num_stages=config.num_stages, PREFETCH=config.prefetch,
                                EARLY=config.early, PACKED=packed is not None,
-                               **constants)  # fmt: skip
+                               **greedy_args, **constants)  # fmt: skip
     if split == SPLIT_REDUCE:
         block = 256
         _reduce_splits_kernel[(num_tokens, triton.cdiv(out_features, block))](
@@ -516,6 +569,10 @@ def _gemv_dot_kernel(
     EARLY: tl.constexpr = False,  # the first W tile loaded into registers before the PDL wait
     PACKED: tl.constexpr = False,  # w_ptr is pack_tiles(W, BLOCK_N, BLOCK_K): tiles are runs
     ROUND_OUT: tl.constexpr = False,  # a float32 out_ptr gets values rounded to x's dtype first
+    greedy_ptr=None,  # [M] int64: each row's argmax (GREEDY)
+    keys_ptr=None,  # [MAX_ROWS] int64 scratch (GREEDY; `_greedy_scratch`)
+    arrivals_ptr=None,  # [1] int32 scratch (GREEDY)
+    GREEDY: tl.constexpr = False,  # pick each row's argmax across programs (SPLIT == 0 only)
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -563,7 +620,8 @@ def _gemv_dot_kernel(
         x = _dot_x_tile(x_args, offset, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
         acc = _dot_acc(w, x, acc, IEEE_FP32)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
-            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty, ROUND_OUT)  # fmt: skip
+            pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty, ROUND_OUT,
+            greedy_ptr, keys_ptr, arrivals_ptr, GREEDY)  # fmt: skip
 
 
 @triton.jit
@@ -779,11 +837,17 @@ def _finish(
     NUM_SPLITS: tl.constexpr,
     X_TY: tl.constexpr,  # x's element type (ROUND_OUT)
     ROUND_OUT: tl.constexpr,
+    greedy_ptr=None,
+    keys_ptr=None,
+    arrivals_ptr=None,
+    GREEDY: tl.constexpr = False,  # (SPLIT == 0 only)
 ):
     mask = (row_ids[:, None] < N) & (token_ids[None, :] < M)
     if SPLIT == 0:
-        _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out, HAS_BIAS,
-                      X_TY, ROUND_OUT)  # fmt: skip
+        out = _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
+                            HAS_BIAS, X_TY, ROUND_OUT)  # fmt: skip
+        if GREEDY:
+            _greedy_pick(out, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arrivals_ptr)
     else:
         partials = partial_ptr + token_ids[None, :] * N + row_ids[:, None]  # split 0's [N, M] view
         tl.store(partials + pid_k * M * N, acc, mask=mask)
@@ -812,6 +876,26 @@ def _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_ou
         acc = acc.to(X_TY).to(tl.float32)
     out = out_ptr + token_ids[None, :] * stride_out + row_ids[:, None]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    return acc
+
+
+@triton.jit
+def _greedy_pick(values, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arrivals_ptr):
+    """Each token's argmax over all programs' rows (values [BLOCK_N, BLOCK_M] as stored): this
+    program's best (value, row) as one key (keys.value_key: larger value, then lower row), one
+    atomic max per token into keys_ptr, then an arrival count; the last program to arrive reads
+    the winners, writes their rows to greedy_ptr and resets the scratch for the next launch."""
+    keys = tl.where(mask, value_key(values, row_ids[:, None], 2**32), NO_KEY)
+    live = token_ids < M
+    # relaxed: the arrival's release orders it (no fence of its own in every program's tail)
+    tl.atomic_max(keys_ptr + token_ids, tl.max(keys, axis=0), mask=live, sem="relaxed")
+    # NOTE: as in the split fix-up: the barrier orders every thread's atomic before the release
+    tl.debug_barrier()
+    arrived = tl.atomic_add(arrivals_ptr, 1, sem="acq_rel")
+    if arrived == tl.num_programs(0) - 1:
+        best = tl.atomic_xchg(keys_ptr + token_ids, NO_KEY, mask=live, sem="relaxed")
+        tl.store(greedy_ptr + token_ids, key_index(best, 2**32), mask=live)
+        tl.store(arrivals_ptr, 0)
 
 
 @triton.jit

@@ -55,6 +55,7 @@ import triton
 import triton.language as tl
 
 from gossamer.kernels import pdl
+from gossamer.kernels.keys import NO_KEY, key_index, key_value, value_key
 from gossamer.model import mxfp4 as mxfp4_format
 from gossamer.ops.base import ExpertWeights
 
@@ -465,39 +466,33 @@ def _top_k(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.conste
 # program's threads (the max logit, then the lowest expert holding it), and with 128 experts over 4
 # warps each is a trip through shared memory. One int64 key per expert, the logit's bits made
 # order-preserving above the expert's rank below, makes it one max a slot with the same winners
-# (ties: the lower expert) and the same routing weights. Off until measured in the graph
-# (fusion_ab.py topk_keys; with route_in_all it decides whether 120b can drop its routing kernel,
-# which the two-reduction top-k made +46 us slower). (env: A/B runs)
-TOP_K_KEYS = os.environ.get("GOSSAMER_TOP_K_KEYS", "0") == "1"
-_NO_KEY = tl.constexpr(-(2**63))  # below every key: a taken expert
-
-
-@triton.jit
-def _order_bits(bits):
-    """fp32 bits (int32) -> int32 in the floats' order (negative floats: magnitude bits flipped);
-    its own inverse."""
-    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+# (ties: the lower expert) and the same routing weights. In the graph (H200, fusion_ab.py,
+# fed, 2026-12-04, 5 of 5 rounds): 120b's routing kernel with it -10 us a step, but 20b's expert
+# GEMVs routing themselves (32 experts: one warp, no shared memory to save) +9 us, so those keep
+# the two reductions (ROUTE_IN_TOP_K_KEYS). Nor did the keys make routing inside the expert GEMVs
+# pay at 128 experts (route_in_all_keys: +38 us against the routing kernel), so
+# ROUTE_IN_EXPERTS_MAX_EXPERTS stays. (env: A/B runs)
+TOP_K_KEYS = os.environ.get("GOSSAMER_TOP_K_KEYS", "1") == "1"
+ROUTE_IN_TOP_K_KEYS = os.environ.get("GOSSAMER_ROUTE_IN_TOP_K_KEYS", "0") == "1"
 
 
 @triton.jit
 def _top_k_keys(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
                 K_P2: tl.constexpr):  # fmt: skip
-    """`_top_k` with one reduction a slot: key = ordered logit bits << 32 | (E_P2 - 1 - expert).
-    -0.0 becomes +0.0 first: `_top_k` compares them equal (a tie, to the lower expert)."""
-    logits = tl.where(logits == 0.0, 0.0, logits)
-    ordered = _order_bits(logits.to(tl.int32, bitcast=True))
-    keys = (ordered.to(tl.int64) << 32) | (E_P2 - 1 - expert).to(tl.int64)
+    """`_top_k` with one reduction a slot (keys.value_key: ties go to the lower expert, and -0.0
+    ties +0.0, as `_top_k` compares them)."""
+    keys = value_key(logits, expert, E_P2)
     slot = tl.arange(0, K_P2)
     top_logits = tl.full([K_P2], float("-inf"), tl.float32)
     top_ids = tl.zeros([K_P2], tl.int32)
     for k in tl.static_range(TOP_K):
         best = tl.max(keys, axis=0)
         # NOTE: clamped so that NaN logits give garbage, not out-of-bounds reads (as _top_k)
-        best_id = tl.minimum(E_P2 - 1 - (best & 0xFFFFFFFF).to(tl.int32), E - 1)
-        best_logit = _order_bits((best >> 32).to(tl.int32)).to(tl.float32, bitcast=True)
+        best_id = tl.minimum(key_index(best, E_P2).to(tl.int32), E - 1)
+        best_logit = key_value(best)
         top_logits = tl.where(slot == k, best_logit, top_logits)
         top_ids = tl.where(slot == k, best_id, top_ids)
-        keys = tl.where(keys == best, _NO_KEY, keys)
+        keys = tl.where(keys == best, NO_KEY, keys)
     return top_logits, top_ids
 
 
@@ -1293,7 +1288,7 @@ def _fp16_gate_up_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (EARLY)
     E_P2: tl.constexpr = 1,
-    TOPK_KEYS: tl.constexpr = False,  # the top-k by packed keys (TOP_K_KEYS), with the logits
+    TOPK_KEYS: tl.constexpr = False,  # packed-key top-k (ROUTE_IN_TOP_K_KEYS), with the logits
     K_P2: tl.constexpr = 1,
     EARLY: tl.constexpr = 0,  # 1: the expert from the logits and the first step's words, before
     # the PDL wait (see the comment at the wait)
@@ -1526,7 +1521,7 @@ def _fp16_down_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (ROUTE)
     E_P2: tl.constexpr = 1,
-    TOPK_KEYS: tl.constexpr = False,  # the top-k by packed keys (TOP_K_KEYS), with the logits
+    TOPK_KEYS: tl.constexpr = False,  # packed-key top-k (ROUTE_IN_TOP_K_KEYS), with the logits
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1782,7 +1777,7 @@ def _logits_args(router_logits: torch.Tensor, top_k: int) -> dict:
     num_experts = router_logits.shape[1]
     return dict(logits_ptr=router_logits, logits_stride=router_logits.stride(0), E=num_experts,
                 E_P2=triton.next_power_of_2(num_experts), K_P2=triton.next_power_of_2(top_k),
-                TOPK_KEYS=TOP_K_KEYS)  # fmt: skip
+                TOPK_KEYS=ROUTE_IN_TOP_K_KEYS)  # fmt: skip
 
 
 # Epilogue kernels (split-K sums) take this many elements per program.

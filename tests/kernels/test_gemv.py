@@ -124,6 +124,39 @@ def test_logits_take_the_triton_gemv_where_it_serves(gemv, monkeypatch):
     assert plan.config == gemv.CONFIGS["huge_m1"] and plan.split_k == 1
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_greedy_pick_is_torch_argmax(gemv, m):
+    """The unsplit dot kernel's greedy pick (one atomic max a program, the last one to arrive
+    reads the winners): torch.argmax of the logits it stores, ties to the first index (rows 5
+    and 40 equal and largest for token 0; token 1 all zeros), across a ragged last row block,
+    twice in a row (the scratch resets itself)."""
+    for seed in (14, 15):
+        x, weight, _ = _problem(m, 70, 200, torch.float16, seed=seed)
+        weight[5] = weight[40] = (x[0] * 4 / x[0].norm()).to(torch.float16)
+        if m > 1:
+            x[1] = 0.0
+        greedy = torch.full((m,), -1, dtype=torch.int64, device=DEVICE)
+        out, picked = gemv._gemv(x, weight, None, TINY["dot_no_split"], torch.float32, greedy)
+        assert picked and torch.equal(greedy, out.argmax(dim=-1))
+        assert greedy[0] == 5 and (m == 1 or greedy[1] == 0)
+    keys, arrivals = gemv._GREEDY_KEYS[torch.device(DEVICE)]
+    assert (keys == -(2**63)).all() and arrivals.item() == 0
+
+
+def test_logits_pick_greedily_on_every_path(gemv):
+    """`logits(..., greedy_out)`: torch.argmax of the logits whether the GEMV picks (unsplit) or
+    not (a K split: an argmax after it; too many rows: torch's linear)."""
+    x, weight, _ = _problem(1, 70, 200, torch.float16, seed=16)
+    split = gemv._gemv(x, weight, None, TINY["dot"], torch.float32, torch.zeros(1).long())
+    assert not split[1]
+    for rows in (1, 3, gemv.GEMV_MAX_M + 1):
+        x = torch.randn(rows, 200, device=DEVICE).to(torch.float16)
+        greedy = torch.full((rows,), -1, dtype=torch.int64, device=DEVICE)
+        out = gemv.logits(x, weight, greedy)
+        assert torch.equal(greedy, out.argmax(dim=-1))
+        assert torch.equal(out, gemv.logits(x, weight))
+
+
 def test_pack_tiles_puts_each_tile_in_one_run(gemv):
     weight = torch.randn(37, 100)
     tiles = gemv.pack_tiles(weight, 16, 32)
@@ -204,7 +237,7 @@ def test_default_configs_and_plans_cover_every_column():
     assert plan_gemv(1, 201088, 2880, 132).split_k == 1
     # QKV at one token: unsplit (CONFIGS["tall_m1"]), 320 row blocks of 16 rows
     qkv = plan_gemv(1, 5120, 2880, 132)
-    assert (qkv.split_k, qkv.row_blocks, qkv.config.num_stages) == (1, 320, 8)
+    assert (qkv.split_k, qkv.row_blocks, qkv.config.num_stages) == (1, 320, 12)
 
 
 def test_strided_input_rows_and_leading_dims(gemv):
@@ -324,6 +357,32 @@ def test_gpu_unembedding_logits_on_the_triton_gemv(config):
     assert logits.dtype == torch.float32
     assert torch.equal(logits, compiled.gemv(x, weight, None, tile).float())
     _check_bf16(logits.to(torch.bfloat16), x, weight, None)
+
+
+@pytest.mark.gpu
+def test_gpu_greedy_pick_of_the_unembedding_replays_in_a_cuda_graph():
+    """The batch-1 unembedding's greedy pick (201,088 rows over ~6,300 programs) is
+    torch.argmax of its logits, eagerly and in graph replays with new inputs each time."""
+    from gossamer.kernels import gemv as compiled
+
+    x, weight, _ = _problem(1, 201088, 2880, torch.bfloat16, seed=22, device="cuda")
+    weight[7] = weight[150000] = weight[7] * 4  # a tie for the largest logit of some inputs
+    greedy = torch.full((1,), -1, dtype=torch.int64, device="cuda")
+    logits = compiled.logits(x, weight, greedy)
+    assert torch.equal(greedy, logits.argmax(dim=-1))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = compiled.logits(x, weight, greedy)
+    for seed in range(4):
+        x.copy_(torch.randn(x.shape, generator=torch.Generator("cuda").manual_seed(seed),
+                            device="cuda"))  # fmt: skip
+        if seed == 0:
+            x.copy_(weight[7])  # rows 7 and 150000 tie: the first wins
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(greedy, out.argmax(dim=-1))
+        assert seed != 0 or greedy.item() == 7
 
 
 @pytest.mark.gpu

@@ -47,8 +47,10 @@ def test_norm_planes_are_the_routing_kernels_x(norm, moe, tokens, with_residual)
 @pytest.mark.parametrize("keys", [False, True])
 @pytest.mark.parametrize("tokens,layout", [(1, "hf"), (3, "fp16_lanes")])
 def test_moe_from_logits_gives_the_routed_paths_bits(moe, monkeypatch, tokens, layout, keys):
-    """keys: both paths' top-k by packed keys (TOP_K_KEYS); their bits must not change either."""
+    """keys: both paths' top-k by packed keys (TOP_K_KEYS, ROUTE_IN_TOP_K_KEYS); without: both by
+    two reductions. Their bits must not change either way."""
     monkeypatch.setattr(moe, "TOP_K_KEYS", keys)
+    monkeypatch.setattr(moe, "ROUTE_IN_TOP_K_KEYS", keys)
     experts = _experts(EXPERTS, HIDDEN, INTER, seed=60 + tokens)
     if layout == "fp16_lanes":
         experts = _fp16_lanes(experts)
@@ -139,8 +141,8 @@ def _random_packed_experts(num_experts: int, hidden: int, inter: int, seed: int)
 @pytest.mark.parametrize("tokens", [1, 8])
 def test_gpu_moe_from_logits_gives_the_routed_paths_bits(model, tokens, keys, monkeypatch):
     """Real expert shapes in bf16: the norm's planes and both GEMVs' own routing give the routing
-    kernel's path bit for bit (keys: both top-k'd by packed keys, TOP_K_KEYS); with keys, the
-    routing kernel's ids and weights are the two-reduction top-k's too."""
+    kernel's path bit for bit (keys: both top-k'd by packed keys, else both by two reductions);
+    with keys, the routing kernel's ids and weights are the two-reduction top-k's too."""
     from gossamer.kernels import moe_mxfp4 as gpu_moe
     from gossamer.kernels import norm as gpu_norm
 
@@ -153,10 +155,13 @@ def test_gpu_moe_from_logits_gives_the_routed_paths_bits(model, tokens, keys, mo
     normed, new_residual, x_h, x_unscale = gpu_norm.rms_norm_planes(x, norm_weight, EPS, residual)
     assert torch.equal(normed, gpu_norm.rms_norm(x, norm_weight, EPS, residual)[0])
     logits = F.linear(normed, router_weight, router_bias.bfloat16())
+    monkeypatch.setattr(gpu_moe, "TOP_K_KEYS", False)
+    monkeypatch.setattr(gpu_moe, "ROUTE_IN_TOP_K_KEYS", False)
     ref_ids, ref_weights, ref_x_h, ref_unscale = gpu_moe.route_fp16(logits, 4, normed)
     assert torch.equal(x_h, ref_x_h) and torch.equal(x_unscale, ref_unscale)
     if keys:
         monkeypatch.setattr(gpu_moe, "TOP_K_KEYS", True)
+        monkeypatch.setattr(gpu_moe, "ROUTE_IN_TOP_K_KEYS", True)
         key_ids, key_weights, _, _ = gpu_moe.route_fp16(logits, 4, normed)
         assert torch.equal(key_ids, ref_ids) and torch.equal(key_weights, ref_weights)
     args = (experts, 4, LIMIT, ALPHA)
