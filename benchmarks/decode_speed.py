@@ -94,17 +94,27 @@ def timed_decode(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float
     return (time.perf_counter() - start) / steps
 
 
+def fed_step(runner: ModelRunner, seqs: list[SeqInput], ids: torch.Tensor | None) -> torch.Tensor:
+    """One step fed `ids` on the device; returns its greedy picks, as the overlapped engine takes
+    them (engine/overlap.py sample_on_device): the graph's own where it made them
+    (ModelRunner.last_greedy, which the next step then reads in place), else an argmax."""
+    logits = runner.run(seqs, device_input_ids=ids)
+    return runner.last_greedy if runner.last_greedy is not None else logits.argmax(-1)
+
+
 def timed_decode_fed(runner: ModelRunner, seqs: list[SeqInput], steps: int) -> float:
     """Seconds per decode step when each step's input token is the previous step's greedy pick,
     fed on the device (`ModelRunner.run(device_input_ids=...)`), and the host waits only at the
     end: how the overlapped engine runs plain decode steps (engine/overlap.py), so the GPU never
-    idles for the host's round trip. The host still fills positions and slots every step."""
+    idles for the host's round trip. The host still fills positions and slots every step. The
+    picks are the graph's own where it makes them (ModelRunner.last_greedy), which the runner
+    then reads in place, as in the engine."""
     ids = None
     for step in range(3 + steps):
         if step == 3:
             torch.cuda.synchronize()
             start = time.perf_counter()
-        ids = runner.run(seqs, device_input_ids=ids).argmax(-1)
+        ids = fed_step(runner, seqs, ids)
         for seq in seqs:
             seq.start += 1
     torch.cuda.synchronize()

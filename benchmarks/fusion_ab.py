@@ -53,12 +53,20 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                (WIDE_TILES); qkv_reduce / o_reduce the split partials added by a reduce
                kernel; qkv_whole_k_s8 no split, 8 tiles in flight (the default since the
                sixteenth session; qkv_split the split tile before it); qkv_whole_k_s6 / _s12
-               its pipeline depth; o_whole_k_s8 / o_split2_s8 / o_split3_s6 O in 1-3 splits
+               (the default since the seventeenth) / _s16 its pipeline depth; o_whole_k_s8 /
+               o_split2_s8 / o_split3_s6 O in 1-3 splits
   norm_folded_early  norm_folded with the QKV GEMV's first W tile loaded before its PDL wait
-  topk_keys    the routing's top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS); route_in_all /
-               route_in_all_keys: the expert GEMVs route themselves at any expert count (120b)
+  topk_keys    the routing's top-k by packed int64 keys in the routing kernel and the expert GEMVs
+               (moe_mxfp4.TOP_K_KEYS, the routing kernel's default since the seventeenth session,
+               and ROUTE_IN_TOP_K_KEYS); topk_two_reductions neither; route_in_keys the expert
+               GEMVs' only; route_in_all / route_in_all_keys: the expert GEMVs route themselves
+               at any expert count (120b)
+  greedy_in_graph / greedy_argmax  the greedy pick made inside the graph and read in place by
+               the next step's embedding (model_runner.GREEDY_IN_GRAPH), or an argmax after the
+               graph copied into the next step's input (the default)
   unembed_triton / unembed_<rows>x<cols>w<warps>s<stages>  the batch-1 unembedding on the Triton
-               GEMV (gemv.TRITON_UNEMBED; huge_m1's tile, or the one named) instead of cuBLAS
+               GEMV (gemv.TRITON_UNEMBED, the default since the seventeenth session; huge_m1's
+               tile, or the one named); unembed_cublas the cuBLAS one + cast kernel before it
   all_early    dense_early and gate_up_early together
   routing_kernel  the decode MoE with its routing launch between the router and gate_up (the
                default before 2026-12-04's fifteenth session; moe_mxfp4.ROUTE_IN_EXPERTS off).
@@ -92,6 +100,7 @@ from gossamer.kernels import attention, gemv, moe_mxfp4, norm
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
 from gossamer.model.weights import pack_dense_for_gpu, pack_gate_up_for_gpu, set_experts_layout
+from gossamer.runner import model_runner
 from gossamer.runner.model_runner import ModelRunner
 
 # In this order, so that the experts are repacked twice per round (each repack of 120b's 57 GB of
@@ -172,11 +181,13 @@ GEMV_VARIANTS["dense_early"] = GEMV_VARIANTS["qkv_early"] | GEMV_VARIANTS["o_ear
 GEMV_VARIANTS |= {
     "qkv_reduce": {"tall_m1": _QKV(fixup="reduce")},
     "o_reduce": {"medium_m1": _O(fixup="reduce")},
-    "qkv_whole_k_s8": {"tall_m1": _QKV(split_k=1, num_stages=8)},  # the default since session 16
+    "qkv_whole_k_s8": {"tall_m1": _QKV(split_k=1, num_stages=8)},  # the sixteenth's default
     "qkv_split": {"tall_m1": gemv.CONFIGS["tall"]},  # the default before: split for 8 an SM
-    # (sixteenth session, not yet measured) the unsplit QKV's pipeline depth; O with fewer splits
-    "qkv_whole_k_s6": {"tall_m1": replace(gemv.CONFIGS["tall_m1"], num_stages=6)},
-    "qkv_whole_k_s12": {"tall_m1": replace(gemv.CONFIGS["tall_m1"], num_stages=12)},
+    # the unsplit QKV's pipeline depth (s12 the default since the seventeenth session: 20b -5 us
+    # against s8, s6 +11); O with fewer splits (all slower)
+    "qkv_whole_k_s6": {"tall_m1": _QKV(split_k=1, num_stages=6)},
+    "qkv_whole_k_s12": {"tall_m1": _QKV(split_k=1, num_stages=12)},
+    "qkv_whole_k_s16": {"tall_m1": _QKV(split_k=1, num_stages=16)},
     "o_whole_k_s8": {"medium_m1": _O(split_k=1, num_stages=8)},
     "o_split2_s8": {"medium_m1": _O(split_k=2, num_stages=8)},
     "o_split3_s6": {"medium_m1": _O(split_k=3, num_stages=6)},
@@ -207,6 +218,7 @@ for _n, _k, _w, _p in PACKED_WIDE_TILES:
 # unembed_<rows>x<cols>w<warps>[s<stages>]
 UNEMBED_TILES = [(64, 64, 4, 4), (16, 64, 1, 8), (64, 128, 8, 4), (32, 256, 4, 3), (16, 256, 2, 4)]
 VARIANTS["unembed_triton"] = {"triton_unembed": True}
+VARIANTS["unembed_cublas"] = {"triton_unembed": False}
 for _n, _k, _w, _s in UNEMBED_TILES:
     VARIANTS[f"unembed_{_n}x{_k}w{_w}s{_s}"] = {
         "triton_unembed": True,
@@ -219,9 +231,15 @@ VARIANTS["routing_kernel"] = {"route_in_experts": False}
 # The top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS: one reduction a slot instead of two), in
 # the routing kernel or in the expert GEMVs; route_in_all: routing in the expert GEMVs at 128
 # experts too (120b; ROUTE_IN_EXPERTS_MAX_EXPERTS 32 keeps it to 20b)
-VARIANTS["topk_keys"] = {"topk_keys": True}
+VARIANTS["topk_keys"] = {"topk_keys": True, "route_in_keys": True}
+VARIANTS["topk_two_reductions"] = {"topk_keys": False, "route_in_keys": False}
+VARIANTS["route_in_keys"] = {"route_in_keys": True}
 VARIANTS["route_in_all"] = {"route_in_max_experts": 1 << 30}
-VARIANTS["route_in_all_keys"] = {"route_in_max_experts": 1 << 30, "topk_keys": True}
+VARIANTS["route_in_all_keys"] = {"route_in_max_experts": 1 << 30, "route_in_keys": True}
+# The step's greedy pick made in the graph and fed back in place (model_runner.GREEDY_IN_GRAPH,
+# written in the seventeenth session, off until measured), or an argmax after the graph and a copy
+VARIANTS["greedy_in_graph"] = {"greedy_in_graph": True}
+VARIANTS["greedy_argmax"] = {"greedy_in_graph": False}
 GATE_UP_VARIANTS = {
     "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
     "gu_p8w4": {"BLOCK_PAIRS": 8, "num_warps": 4},
@@ -336,6 +354,8 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.PACKED_GATE_UP = variant.get("packed_gate_up", defaults["packed_gate_up"])
     gemv.TRITON_UNEMBED = variant.get("triton_unembed", defaults["triton_unembed"])
     moe_mxfp4.TOP_K_KEYS = variant.get("topk_keys", defaults["topk_keys"])
+    moe_mxfp4.ROUTE_IN_TOP_K_KEYS = variant.get("route_in_keys", defaults["route_in_keys"])
+    model_runner.GREEDY_IN_GRAPH = variant.get("greedy_in_graph", defaults["greedy_in_graph"])
     moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS = variant.get(
         "route_in_max_experts", defaults["route_in_max_experts"]
     )
@@ -408,7 +428,8 @@ def current_defaults() -> dict:
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
             "route_in_experts": moe_mxfp4.ROUTE_IN_EXPERTS, "norm_warps": norm.NUM_WARPS,
             "packed_gate_up": moe_mxfp4.PACKED_GATE_UP, "triton_unembed": gemv.TRITON_UNEMBED,
-            "topk_keys": moe_mxfp4.TOP_K_KEYS,
+            "topk_keys": moe_mxfp4.TOP_K_KEYS, "route_in_keys": moe_mxfp4.ROUTE_IN_TOP_K_KEYS,
+            "greedy_in_graph": model_runner.GREEDY_IN_GRAPH,
             "route_in_max_experts": moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 

@@ -17,8 +17,9 @@ kernel sum to the step's period.
 Per kernel name: calls a step, median duration, and end deltas (median a call, sum a step), and
 for the parts whose bytes are known (QKV, O, router, the experts' GEMVs, the unembedding) their
 byte floor a step (bytes / the copy bandwidth measured in the same run); the step's period, the
-span inside the graph and the idle time between steps (graph launch, the input copies' and the
-argmax's place in the loop) beside the unprofiled fed step from decode_speed.py.
+span inside the graph and the idle time between steps (graph launch, the input copies and, without
+the graph's own greedy pick, the argmax) beside the unprofiled fed step from decode_speed.py. Steps
+are cut at the embedding kernel, each step's first.
 
 step_profile.py reads eager steps (launches serialized); this reads the graph as it runs.
 """
@@ -40,7 +41,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_speed import BLOCK, make_seqs, timed_decode_fed  # noqa: E402
+from decode_speed import BLOCK, fed_step, make_seqs, timed_decode_fed  # noqa: E402
 from throughput import load_dummy, run_info  # noqa: E402
 from timing import copy_bandwidth  # noqa: E402
 
@@ -107,19 +108,25 @@ def floors(table: list[dict], cfg, bandwidth: float) -> None:
             row["floor_us_per_step"] = parts[part] / bandwidth * 1e6
 
 
-def split_steps(events: list[Event], marker: str = "argmax") -> list[list[Event]]:
-    """The events cut into steps, each ending with the step's greedy pick (the first kernel whose
-    name contains `marker`, any case: torch's argmax is a reduce kernel with ArgMaxOps in its name).
-    Events after the last pick belong to no whole step and are dropped."""
+# A step's first kernel: the embedding (kernels/embed.py with the greedy pick in the graph, else
+# torch's indexing kernel). The input upload before it ends the previous step.
+STEP_MARKERS = ("_embed_kernel", "index_elementwise_kernel")
+
+
+def split_steps(events: list[Event], markers: tuple[str, ...] = STEP_MARKERS) -> list[list[Event]]:
+    """The events cut into steps, each starting at a kernel whose name contains the first of
+    `markers` that the trace has. Events before the first step are dropped; the last step only
+    ends the previous one's period."""
     ordered = sorted(events, key=lambda e: e.start)
-    steps, current = [], []
+    marker = next((m for m in markers if any(m in e.name for e in ordered)), markers[0])
+    steps: list[list[Event]] = []
     for event in ordered:
-        current.append(event)
-        if marker.lower() in event.name.lower():
-            steps.append(current)
-            current = []
+        if marker in event.name:
+            steps.append([])
+        if steps:
+            steps[-1].append(event)
     if len(steps) < 2:
-        raise ValueError(f"{len(steps)} steps end in a {marker!r} kernel: two are needed")
+        raise ValueError(f"{len(steps)} steps start with a {marker!r} kernel: two are needed")
     return steps
 
 
@@ -216,11 +223,11 @@ def profile_fed(runner: ModelRunner, seqs: list, steps: int) -> list[Event]:
     """decode_speed's fed loop under the profiler, after a few steps outside it."""
     ids = None
     for _ in range(3):
-        ids = runner.run(seqs, device_input_ids=ids).argmax(-1)
+        ids = fed_step(runner, seqs, ids)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            ids = runner.run(seqs, device_input_ids=ids).argmax(-1)
+            ids = fed_step(runner, seqs, ids)
             for seq in seqs:
                 seq.start += 1
         torch.cuda.synchronize()

@@ -321,7 +321,8 @@ class EngineCore:
             logits = self.runner.run(seqs, device_input_ids=device_input_ids)
         self._num_runner_steps += 1
         rows = [self._sampling_row(self.choices[item.request_id]) for item in sample_items]
-        return InFlightStep(scheduled, sample_on_device(self.sampler, logits, rows))
+        greedy = getattr(self.runner, "last_greedy", None)  # the graph's picks, if it made them
+        return InFlightStep(scheduled, sample_on_device(self.sampler, logits, rows, greedy))
 
     def _run_and_sample(
         self, scheduled: SchedulerOutput

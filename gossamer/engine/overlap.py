@@ -95,13 +95,21 @@ def is_plain_decode(scheduled: SchedulerOutput) -> bool:
 
 @torch.inference_mode()
 def sample_on_device(
-    sampler: Sampler, logits: torch.Tensor, rows: Sequence[SamplingRow]
+    sampler: Sampler,
+    logits: torch.Tensor,
+    rows: Sequence[SamplingRow],
+    greedy: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`Sampler.sample` for rows that need no host tokens (`needs_host_tokens` is False): the
-    same tokens, left on the logits' device ([N] int64) instead of read back."""
+    same tokens, left on the logits' device ([N] int64) instead of read back. `greedy`: the
+    rows' argmax that the step already picked (ModelRunner.last_greedy). Returned as it is when
+    every row is greedy: fed back to the runner, it then never leaves the runner's buffer."""
     raw = logits.float()
-    tokens = raw.argmax(dim=-1)
     random_rows = [i for i, row in enumerate(rows) if not row.params.greedy]
+    if greedy is None or greedy.shape[0] != raw.shape[0]:
+        tokens = raw.argmax(dim=-1)
+    else:
+        tokens = greedy.clone() if random_rows else greedy
     if random_rows:
         index = to_device(random_rows, raw.device)
         # NOTE: the sampler's own draw, so that seeded requests draw exactly as they do there

@@ -250,13 +250,16 @@ class GptOssForCausalLM(nn.Module):
         metadata: AttentionMetadata,
         kv_cache: torch.Tensor,
         aux_layers: Sequence[int] = (),
+        fed_ids: torch.Tensor | None = None,  # [>= T] int64: ids of the tokens whose id is < 0
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Run all layers; returns the final-normed hidden states [T, hidden].
 
         With `aux_layers` (EAGLE-3 speculative decoding) it returns (hidden states, aux) where
-        aux[i] [T, hidden] is the residual stream entering layer sorted(aux_layers)[i]."""
+        aux[i] [T, hidden] is the residual stream entering layer sorted(aux_layers)[i].
+        `fed_ids`: where input_ids holds -1, the token is fed_ids at that position (Ops.embed: the
+        runner feeds the previous step's greedy picks this way)."""
         inner = self.model
-        hidden = inner.embed_tokens.weight[input_ids]
+        hidden = self.ops.embed(input_ids, inner.embed_tokens.weight, fed_ids)
         cos_sin = self.rope_table()
         residual = None
         aux: list[torch.Tensor] = []
@@ -267,8 +270,11 @@ class GptOssForCausalLM(nn.Module):
         hidden, _ = self.ops.rms_norm(hidden, inner.norm.weight, self.config.rms_norm_eps, residual)
         return (hidden, aux) if aux_layers else hidden
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab]
-        return self.ops.logits(hidden, self.lm_head.weight)
+    def compute_logits(
+        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """[N, hidden] -> float32 [N, vocab]; with `greedy_out` ([N] int64) each row's argmax too."""
+        return self.ops.logits(hidden, self.lm_head.weight, greedy_out)
 
     def allocate_kv_cache(
         self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None

@@ -92,8 +92,18 @@ class Ops(Protocol):
         """x [T, in] @ weight[out, in].T + bias -> [T, out]."""
         ...
 
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """The unembedding: linear(hidden, weight, None) in hidden's dtype, as float32 [T, vocab]."""
+    def embed(
+        self, input_ids: torch.Tensor, weight: torch.Tensor, fed_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """weight[input_ids] [T, H]; a negative input id stands for fed_ids at its position (a
+        token the previous step picked on the device: ModelRunner's greedy ids)."""
+        ...
+
+    def logits(
+        self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The unembedding: linear(hidden, weight, None) in hidden's dtype, as float32 [T, vocab].
+        `greedy_out` ([T] int64): also writes each row's argmax there (torch.argmax's pick)."""
         ...
 
     def rms_norm(

@@ -25,8 +25,20 @@ class TorchOps:
     ) -> torch.Tensor:
         return F.linear(x, weight, bias)
 
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, weight).float()
+    def embed(
+        self, input_ids: torch.Tensor, weight: torch.Tensor, fed_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if fed_ids is not None:
+            input_ids = torch.where(input_ids < 0, fed_ids[: input_ids.shape[0]], input_ids)
+        return weight[input_ids]
+
+    def logits(
+        self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        out = F.linear(hidden, weight).float()
+        if greedy_out is not None:
+            greedy_out.copy_(out.argmax(dim=-1))
+        return out
 
     def rms_norm(
         self,

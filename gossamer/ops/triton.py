@@ -16,7 +16,7 @@ from types import ModuleType
 
 import torch
 
-from gossamer.kernels import gemv, norm, rope
+from gossamer.kernels import embed, gemv, norm, rope
 from gossamer.ops.base import (
     AttentionMetadata,
     ExpertWeights,
@@ -37,8 +37,17 @@ class TritonOps:
     ) -> torch.Tensor:
         return gemv.linear(x, weight, bias)
 
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return gemv.logits(hidden, weight)
+    def embed(
+        self, input_ids: torch.Tensor, weight: torch.Tensor, fed_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if fed_ids is None:  # torch's indexing kernel; the Triton one serves fed steps (not timed)
+            return weight[input_ids]
+        return embed.embed(input_ids, weight, fed_ids)
+
+    def logits(
+        self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return gemv.logits(hidden, weight, greedy_out)
 
     def rms_norm(
         self,

@@ -18,6 +18,7 @@ the graph's rows.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -38,6 +39,14 @@ DEFAULT_GRAPH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 MAX_MULTI_TOKEN_GRAPH_SEQS = 32
 # A tree graph's sequences share one int64 bitmask per token (bit 63, the sign, unused).
 MAX_TREE_QUERY_LEN = 63
+# Plain-decode graphs end with each token's greedy pick (`greedy_ids`; at batch 1 the unembedding
+# GEMV makes it, elsewhere an argmax in the graph), and a step fed those picks reads them there.
+# What it would save at batch 1, where the fed step is unembedding -> argmax kernel (+ memset) ->
+# input upload -> copy of the picks into the input buffer -> torch's embedding kernel: 31 us from
+# the unembedding's end to the next step's first norm in the 20b graph (graph_timeline.py, H200,
+# 2026-12-04). Off until measured: written and tested on the CPU only (no GPU was lent after that
+# timeline); its sm_90 build was checked offline (the pick's int64 atomics compile). (env: A/B)
+GREEDY_IN_GRAPH = os.environ.get("GOSSAMER_GREEDY_IN_GRAPH", "0") == "1"
 
 # How a step ran (ModelRunner.step_modes, EngineStats.runner_steps): replayed a captured graph, or
 # ran eagerly for the reason named. An eager step launches every kernel from Python (milliseconds).
@@ -194,6 +203,13 @@ class ModelRunner:
         # run(device_input_ids=...): ids that `_upload` copies over the first rows, device to device
         self._device_input_ids: torch.Tensor | None = None
         self._device_input_rows: torch.Tensor | None = None  # their rows, when not the first
+        # The greedy picks of the last plain-decode graph (GREEDY_IN_GRAPH), one per graph token:
+        # `last_greedy` after its replay. Fed back as `device_input_ids`, they stay here: the
+        # upload marks their tokens -1 and the embedding reads them from this buffer (Ops.embed).
+        self.greedy_ids = torch.zeros(self.max_tokens, dtype=torch.int64, device=self.device)
+        self.last_greedy: torch.Tensor | None = None
+        self.num_fed_in_place = 0  # steps fed greedy_ids as they were
+        self.greedy_in_graph = GREEDY_IN_GRAPH  # (read once: the graphs are captured with it)
 
     def _lay_out(self, num_tokens: int, num_seqs: int) -> None:
         """Points `host` and `dev` at the views of a step of this size (a graph's: its padded
@@ -250,14 +266,23 @@ class ModelRunner:
     def _upload(self) -> None:
         """The step's inputs to the device in one copy (StepBuffers), queued without waiting for
         the stream on the GPU; then the fence that the next fill waits for."""
-        self.inputs.upload(*self._layout, self._width)
-        self.upload_fence.record()
         ids, self._device_input_ids = self._device_input_ids, None  # used by one upload only
         rows, self._device_input_rows = self._device_input_rows, None
+        in_place = self.greedy_in_graph and ids is not None and rows is None
+        in_place = in_place and self._is_greedy_prefix(ids)
+        if in_place:  # the embedding reads them from greedy_ids (Ops.embed)
+            self.host["input_ids"][: ids.numel()] = -1
+            self.num_fed_in_place += 1
+        self.inputs.upload(*self._layout, self._width)
+        self.upload_fence.record()
         if ids is not None and rows is not None:  # a tree graph's layout (`_replay_tree`)
             self.dev["input_ids"].index_copy_(0, rows[: ids.numel()], ids)
-        elif ids is not None:
+        elif ids is not None and not in_place:
             self.dev["input_ids"][: ids.numel()].copy_(ids)
+
+    def _is_greedy_prefix(self, ids: torch.Tensor) -> bool:
+        """Whether `ids` is greedy_ids[:k] itself (the last graph's `last_greedy`, fed as it is)."""
+        return ids.is_contiguous() and ids.data_ptr() == self.greedy_ids.data_ptr()
 
     def _metadata(
         self, num_tokens: int, num_seqs: int, max_query: int, max_seq: int, host_lens: bool
@@ -291,7 +316,7 @@ class ModelRunner:
         tokens, which replace theirs in `seqs` (placeholders) by a device-to-device copy. The
         overlapped engine step feeds the previous step's sampled tokens this way, never reading
         them on the host (engine/overlap.py)."""
-        self.last_extras = ()
+        self.last_extras, self.last_greedy = (), None
         if not seqs:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         if len(seqs) > self.max_num_seqs:
@@ -375,7 +400,12 @@ class ModelRunner:
         """The step's final hidden states [T, hidden] and its extra outputs, [T, ...] each
         (`last_extras` after `run`). The same call runs eagerly and inside a captured graph, so a
         subclass that returns extras (EAGLE-3's aux hidden states) gets them from replays too."""
-        return self.model(input_ids, positions, metadata, self.kv_cache), ()
+        return self.model(input_ids, positions, metadata, self.kv_cache, **self.fed_kwargs()), ()
+
+    def fed_kwargs(self) -> dict:
+        """The model's `fed_ids` argument where steps may read their ids from greedy_ids (with
+        GREEDY_IN_GRAPH; stand-in models of the benchmarks take none otherwise)."""
+        return {"fed_ids": self.greedy_ids} if self.greedy_in_graph else {}
 
     def _pad(self, num_seqs: int, graph_size: int, q: int) -> None:
         """Padding sequences of q tokens at positions 0..q-1: no KV write, the null block; their
@@ -405,6 +435,8 @@ class ModelRunner:
         self.graphs[key].replay()
         num_tokens = num_seqs * q  # the rows of padding sequences are left out
         self.last_extras = tuple(extra[:num_tokens] for extra in self.graph_extras.get(key, ()))
+        if self._picks_greedy(q):
+            self.last_greedy = self.greedy_ids[:num_tokens]
         return self.graph_logits[key][:num_tokens]
 
     def _fill_tree_graph(
@@ -488,8 +520,13 @@ class ModelRunner:
                 metadata.tree_mask = self.dev["tree_mask"][:num_tokens]
             ids = self.dev["input_ids"][:num_tokens]
             positions = self.dev["positions"][:num_tokens]
+            greedy = self.greedy_ids[:num_tokens] if self._picks_greedy(q) else None
+            if greedy is not None:  # compiles the pick and makes its scratch outside the capture
+                hidden = torch.zeros(num_tokens, self.model.config.hidden_size,
+                                     dtype=self.model.dtype, device=self.device)  # fmt: skip
+                self.model.compute_logits(hidden, greedy_out=greedy)
             graph, (logits, *extras) = capture.capture(
-                partial(self._graph_step, ids, positions, metadata)
+                partial(self._graph_step, ids, positions, metadata, greedy)
             )
             self.graphs[(size, q)] = graph
             self.graph_logits[(size, q)] = logits
@@ -497,11 +534,23 @@ class ModelRunner:
         capture.finish()
 
     def _graph_step(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        metadata: AttentionMetadata,
+        greedy: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """What a graph captures: logits of every fed token, then the extras of `_forward`."""
+        """What a graph captures: logits of every fed token, then the extras of `_forward`; with
+        `greedy` ([tokens] int64) also each token's greedy pick (the unembedding's, at batch 1)."""
         hidden, extras = self._forward(input_ids, positions, metadata)
-        return (self.model.compute_logits(hidden), *extras)
+        if greedy is None:  # (stand-in models of the benchmarks take no greedy_out)
+            return (self.model.compute_logits(hidden), *extras)
+        return (self.model.compute_logits(hidden, greedy_out=greedy), *extras)
+
+    def _picks_greedy(self, query_len: int) -> bool:
+        """Whether the graphs of this tokens-per-sequence pick greedily: plain decode only, the
+        steps the overlapped engine feeds back (verification steps read their logits instead)."""
+        return self.greedy_in_graph and query_len == 1 and query_len != self.tree_query_len
 
 
 def graphs_possible(model, cuda_graphs: bool) -> bool:

@@ -441,8 +441,9 @@ class AuxHiddenRunner(ModelRunner):
         self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         hidden, aux = self.model(
-            input_ids, positions, metadata, self.kv_cache, aux_layers=self.aux_layers
-        )
+            input_ids, positions, metadata, self.kv_cache, aux_layers=self.aux_layers,
+            **self.fed_kwargs(),
+        )  # fmt: skip
         return hidden, (torch.cat(aux, dim=-1),)
 
     @property

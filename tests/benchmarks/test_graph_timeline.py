@@ -18,22 +18,26 @@ def tl(benchmark_script, monkeypatch):
 
 
 def _step(tl, t0: float, pdl_overlap: float = 0.0):
-    """One step of three kernels: norm 2 us, gemv 10 us started `pdl_overlap` before the norm
-    ends, the greedy pick 3 us after a 1 us gap."""
-    norm = tl.Event("norm", t0, t0 + 2)
-    gemv = tl.Event("gemv", t0 + 2 - pdl_overlap, t0 + 12)
-    argmax = tl.Event("ArgMax", t0 + 13, t0 + 16)
-    return [norm, gemv, argmax]
+    """One step of three kernels: the embedding 3 us, a norm 2 us after a 1 us gap, a gemv 10 us
+    started `pdl_overlap` before the norm ends."""
+    embed = tl.Event("_embed_kernel", t0, t0 + 3)
+    norm = tl.Event("norm", t0 + 4, t0 + 6)
+    gemv = tl.Event("gemv", t0 + 6 - pdl_overlap, t0 + 16)
+    return [embed, norm, gemv]
 
 
-def test_steps_end_at_each_greedy_pick(tl):
+def test_steps_start_at_each_embedding(tl):
     events = [e for i in range(3) for e in _step(tl, 100.0 * i)]
-    late_copy = tl.Event("Memcpy HtoD", 290.0, 291.0)  # after the last pick: no whole step
-    steps = tl.split_steps(list(reversed(events)) + [late_copy])  # start order restored
-    assert [[e.name for e in s] for s in steps] == [["norm", "gemv", "ArgMax"]] * 3
+    early_copy = tl.Event("Memcpy HtoD", -5.0, -4.0)  # before the first step: dropped
+    steps = tl.split_steps(list(reversed(events)) + [early_copy])  # start order restored
+    assert [[e.name for e in s] for s in steps] == [["_embed_kernel", "norm", "gemv"]] * 3
     assert steps[1][0].start == 100.0
     with pytest.raises(ValueError, match="two are needed"):
-        tl.split_steps(events[:4])
+        tl.split_steps(events[:3])
+    # without the Triton embedding, torch's indexing kernel starts each step
+    renamed = [tl.Event("index_elementwise_kernel<128>" if e.name == "_embed_kernel" else e.name,
+                        e.start, e.end) for e in events]  # fmt: skip
+    assert [len(s) for s in tl.split_steps(renamed)] == [3, 3, 3]
 
 
 def test_steps_line_up_by_call_not_position(tl):
@@ -55,8 +59,9 @@ def test_steps_line_up_by_call_not_position(tl):
 
 def test_end_deltas_charge_overlapped_kernels_only_what_they_add(tl):
     step = _step(tl, 0.0, pdl_overlap=1.5)
-    # the gemv started 1.5 us early (PDL) but adds 10 us after the norm's end, not 11.5
-    assert tl.end_deltas(step, 0.0) == [2.0, 10.0, 4.0]
+    # the gemv started 1.5 us early (PDL) but adds 10 us after the norm's end, not 11.5; the
+    # norm adds its 2 us and the gap before it
+    assert tl.end_deltas(step, 0.0) == [3.0, 3.0, 10.0]
     inside = [tl.Event("a", 0, 10), tl.Event("b", 1, 4)]  # ends inside a's span: adds nothing
     assert tl.end_deltas(inside, 0.0) == [10.0, 0.0]
 
@@ -71,7 +76,7 @@ def test_timeline_sums_to_the_period(tl):
     rows = {row["name"]: row for row in result["kernels"]}
     assert rows["gemv"]["median_us"] == 11.0  # its duration includes the PDL wait
     assert rows["gemv"]["end_delta_us_per_step"] == 10.0
-    assert [row["name"] for row in result["kernels"]] == ["gemv", "ArgMax", "norm"]
+    assert [row["name"] for row in result["kernels"]] == ["gemv", "_embed_kernel", "norm"]
     total = sum(row["end_delta_us_per_step"] for row in result["kernels"])
     assert total + result["idle_us"] == result["period_us"]
 

@@ -13,6 +13,7 @@ from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.engine.llm import LLM
 from gossamer.model.loader import load_model
 from gossamer.models import default_model_path
+from gossamer.runner import model_runner
 from gossamer.runner.model_runner import GRAPH, EagerGraphCapture
 from gossamer.sampling_params import SamplingParams
 from tests.engine.test_engine import prompts, run_all
@@ -61,13 +62,31 @@ def mixed_requests() -> dict:
     return requests
 
 
-@pytest.mark.parametrize("graphs", [False, True])
-def test_concurrent_greedy_and_seeded_requests_match_the_synchronous_engine(model, graphs):
+@pytest.mark.parametrize("graphs,pick", [(False, False), (True, False), (True, True)])
+def test_concurrent_greedy_and_seeded_requests_match_the_synchronous_engine(
+    model, graphs, pick, monkeypatch
+):
+    """pick: the graphs' own greedy picks (GREEDY_IN_GRAPH), the seeded rows drawn over them."""
+    monkeypatch.setattr(model_runner, "GREEDY_IN_GRAPH", pick)
     sync, overlapped, engine = both_ways(model, mixed_requests(), graphs=graphs)
     assert overlapped == sync
     assert engine.num_overlapped_steps > 10
     if graphs:
         assert engine.stats.runner_steps[GRAPH] > engine.num_overlapped_steps
+    assert_all_blocks_free(engine)
+
+
+def test_greedy_picks_of_the_graphs_are_fed_back_in_place(model, monkeypatch):
+    """All greedy, with GREEDY_IN_GRAPH: the decode graphs' own picks (ModelRunner.last_greedy)
+    are the sampled tokens, and continuations of the same batch feed them without a copy
+    (runner.num_fed_in_place); the outputs are the synchronous engine's."""
+    monkeypatch.setattr(model_runner, "GREEDY_IN_GRAPH", True)
+    batch = prompts(3, seed=13)
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    requests = {str(i): (p, greedy) for i, p in enumerate(batch)}
+    sync, overlapped, engine = both_ways(model, requests, graphs=True)
+    assert overlapped == sync
+    assert engine.runner.num_fed_in_place > 5
     assert_all_blocks_free(engine)
 
 

@@ -117,14 +117,16 @@ def kernel_fixture(name: str) -> Callable[..., Iterator[ModuleType]]:
 
 
 def interpreted_triton_ops(monkeypatch: pytest.MonkeyPatch):
-    """TritonOps with this machine's gemv, norm and moe_mxfp4 modules (interpreted copies
+    """TritonOps with this machine's gemv, norm, embed and moe_mxfp4 modules (interpreted copies
     without a GPU), for tests of which kernels an op picks."""
     import gossamer.ops.triton as triton_ops
 
     if not ON_GPU:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-        modules = {name: load_interpreted(name) for name in ("moe_mxfp4", "gemv", "norm")}
+        names = ("moe_mxfp4", "gemv", "norm", "embed")
+        modules = {name: load_interpreted(name) for name in names}
         monkeypatch.setattr(triton_ops, "gemv", modules["gemv"])
         monkeypatch.setattr(triton_ops, "norm", modules["norm"])
+        monkeypatch.setattr(triton_ops, "embed", modules["embed"])
         monkeypatch.setattr(triton_ops, "_kernel_module", modules.get)
     return triton_ops.TritonOps()

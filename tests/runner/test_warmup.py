@@ -35,7 +35,7 @@ from tests.hf_models import write_hf_model
 with pytest.MonkeyPatch.context() as _patch:
     if not torch.cuda.is_available():
         _patch.setenv("TRITON_INTERPRET", "1")
-    from gossamer.kernels import attention, gemv, moe_grouped_gemv, moe_mxfp4, norm, rope
+    from gossamer.kernels import attention, embed, gemv, moe_grouped_gemv, moe_mxfp4, norm, rope
     from gossamer.ops.triton import TritonOps
 
 H200_SMS = 132
@@ -137,8 +137,8 @@ def _recorded(op_name: str):
     return op
 
 
-OPS = ("linear", "rms_norm", "norm_linear", "rope", "write_kv", "rope_and_write_kv", "attention",
-       "moe", "norm_moe")  # fmt: skip
+OPS = ("embed", "linear", "rms_norm", "norm_linear", "rope", "write_kv", "rope_and_write_kv",
+       "attention", "moe", "norm_moe")  # fmt: skip
 for _op in OPS:
     setattr(RecordingOps, _op, _recorded(_op))
 
@@ -160,7 +160,8 @@ def recording(model, fused_norm_max_m: int | None = None):
     with pytest.MonkeyPatch.context() as patch:
         if fused_norm_max_m is not None:
             patch.setattr(gemv, "FUSED_NORM_MAX_M", fused_norm_max_m)
-        record_launches(patch, (attention, moe_mxfp4, moe_grouped_gemv, gemv, norm, rope), log)
+        kernel_modules = (attention, moe_mxfp4, moe_grouped_gemv, gemv, norm, rope, embed)
+        record_launches(patch, kernel_modules, log)
         patch.setattr(attention, "_sm_count", lambda device: H200_SMS)
         patch.setattr(gemv, "_num_sms", lambda device: H200_SMS)
         ops = RecordingOps()
