@@ -41,10 +41,14 @@ class NullModel:
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
         return torch.empty(0)
 
-    def __call__(self, input_ids, positions, metadata, kv_cache) -> torch.Tensor:
+    def __call__(self, input_ids, positions, metadata, kv_cache, fed_ids=None) -> torch.Tensor:
         return torch.zeros(input_ids.shape[0], 1)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(
+        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if greedy_out is not None:
+            greedy_out.zero_()  # the argmax of all-zero logits
         return torch.zeros(hidden.shape[0], self.vocab)
 
 

@@ -150,8 +150,10 @@ class OracleModel:
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
         return torch.empty(0)
 
-    def __call__(self, input_ids, positions, metadata, kv_cache) -> torch.Tensor:
+    def __call__(self, input_ids, positions, metadata, kv_cache, fed_ids=None) -> torch.Tensor:
         start = self.clock()
+        if fed_ids is not None:  # tokens the runner feeds from its greedy picks (Ops.embed)
+            input_ids = torch.where(input_ids < 0, fed_ids[: input_ids.shape[0]], input_ids)
         bounds = metadata.query_start_loc.tolist()
         first_blocks = metadata.block_tables[0][:, 0].tolist()
         hidden = torch.zeros(input_ids.shape[0], dtype=torch.long)  # [T] the next token ids
@@ -177,10 +179,14 @@ class OracleModel:
         if seconds > 0:
             time.sleep(seconds)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(
+        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         start = self.clock()
         logits = torch.zeros(hidden.shape[0], self.config.vocab_size)
         logits.scatter_(1, hidden[:, None], 1.0)
+        if greedy_out is not None:
+            greedy_out.copy_(hidden)  # the one-hot's argmax
         self.seconds += self.clock() - start
         return logits
 

@@ -23,7 +23,10 @@ Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..
 overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
 The pure-torch twin is torch.nn.functional.linear. `logits` (the unembedding) asks for a float32
 output: the kernels round to x's dtype and store the widened values (ROUND_OUT), which is
-linear(...).float() without the cast kernel.
+linear(...).float() without the cast kernel. Asked for each row's argmax too (`greedy_out`: the
+runner's greedy pick inside the decode graph), an unsplit dot-kernel launch makes it in its
+epilogue (GREEDY: each program's best (value, row) packed into one int64 key, one atomic max a
+program, and the last program to arrive writes the row); any other path runs torch.argmax after.
 
 Tile-packed weights (`USE_PACKED`, on by default; GOSSAMER_PACKED_GEMV=0 turns them off):
 `register_packed` keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a

@@ -521,10 +521,8 @@ class ModelRunner:
             ids = self.dev["input_ids"][:num_tokens]
             positions = self.dev["positions"][:num_tokens]
             greedy = self.greedy_ids[:num_tokens] if self._picks_greedy(q) else None
-            if greedy is not None:  # compiles the pick and makes its scratch outside the capture
-                hidden = torch.zeros(num_tokens, self.model.config.hidden_size,
-                                     dtype=self.model.dtype, device=self.device)  # fmt: skip
-                self.model.compute_logits(hidden, greedy_out=greedy)
+            if greedy is not None and self.device.type == "cuda":
+                self._warm_greedy_pick(greedy)
             graph, (logits, *extras) = capture.capture(
                 partial(self._graph_step, ids, positions, metadata, greedy)
             )
@@ -532,6 +530,13 @@ class ModelRunner:
             self.graph_logits[(size, q)] = logits
             self.graph_extras[(size, q)] = tuple(extras)
         capture.finish()
+
+    def _warm_greedy_pick(self, greedy: torch.Tensor) -> None:
+        """One eager unembedding with the pick before its graph is captured: compiles the pick's
+        kernel and makes its scratch (gemv._greedy_scratch) outside the capture."""
+        hidden = torch.zeros(greedy.shape[0], self.model.config.hidden_size,
+                             dtype=self.model.dtype, device=self.device)  # fmt: skip
+        self.model.compute_logits(hidden, greedy_out=greedy)
 
     def _graph_step(
         self,
