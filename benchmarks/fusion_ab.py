@@ -61,6 +61,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                and ROUTE_IN_TOP_K_KEYS); topk_two_reductions neither; route_in_keys the expert
                GEMVs' only; route_in_all / route_in_all_keys: the expert GEMVs route themselves
                at any expert count (120b)
+  graph_131k   the graph captured for a 131k context (the server's max_model_len: 64 attention
+               key splits at batch 1) instead of about the benchmark's context (16 at 1k)
   greedy_in_graph / greedy_argmax  the greedy pick made inside the graph and read in place by
                the next step's embedding (model_runner.GREEDY_IN_GRAPH), or an argmax after the
                graph copied into the next step's input (the default)
@@ -239,6 +241,9 @@ VARIANTS["route_in_all_keys"] = {"route_in_max_experts": 1 << 30, "route_in_keys
 # The step's greedy pick made in the graph and fed back in place (model_runner.GREEDY_IN_GRAPH,
 # written in the seventeenth session, off until measured), or an argmax after the graph and a copy
 VARIANTS["greedy_in_graph"] = {"greedy_in_graph": True}
+# The graph captured for a 131k context, as `gossamer serve` captures it (max_model_len): attention
+# then launches 64 key splits at batch 1 where the benchmark's own graph has 16 at 1k context
+VARIANTS["graph_131k"] = {"graph_max_len": 131072}
 VARIANTS["greedy_argmax"] = {"greedy_in_graph": False}
 GATE_UP_VARIANTS = {
     "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
@@ -371,27 +376,34 @@ def apply(model, variant: dict, defaults: dict) -> None:
     gemv.plan_gemv.cache_clear()  # plans of the default configs are cached by shape
 
 
-def time_variant(model, context: int, steps: int) -> float:
-    runner, seqs = make_runner(model, context, steps)
+def time_variant(model, context: int, steps: int, graph_max_len: int | None = None) -> float:
+    runner, seqs = make_runner(model, context, steps, graph_max_len)
     seconds = timed_decode(runner, seqs, steps)
     del runner
     torch.cuda.empty_cache()
     return seconds
 
 
-def make_runner(model, context: int, tokens: int):
+def make_runner(model, context: int, tokens: int, graph_max_len: int | None = None):
     """A batch-1 runner with its graph (captured under the module switches as they are now) and a
-    sequence at `context` with room for `tokens` more."""
-    runner = ModelRunner(
-        model,
-        num_blocks=2 + 2 * math.ceil((context + tokens + 16) / BLOCK),
-        block_size=BLOCK,
-        max_num_seqs=1,
-        max_num_batched_tokens=max(1, 16),
-        cuda_graphs=True,
-        graph_sizes=(1,),
-        warmup=True,
-    )
+    sequence at `context` with room for `tokens` more. `graph_max_len`: the context the graph is
+    captured for, as a server's graphs are for its max_model_len (attention sizes its key splits
+    by it); by default the model's, which bench() loads at about the benchmark's context."""
+    saved = model.max_model_len
+    model.max_model_len = graph_max_len or saved
+    try:
+        runner = ModelRunner(
+            model,
+            num_blocks=2 + 2 * math.ceil((context + tokens + 16) / BLOCK),
+            block_size=BLOCK,
+            max_num_seqs=1,
+            max_num_batched_tokens=max(1, 16),
+            cuda_graphs=True,
+            graph_sizes=(1,),
+            warmup=True,
+        )
+    finally:
+        model.max_model_len = saved
     runner.kv_cache.normal_(0, 0.5)
     return runner, make_seqs(1, context, math.ceil((context + tokens + 16) / BLOCK))
 
@@ -405,7 +417,8 @@ def interleaved_times(model, chosen: list[str], defaults: dict, args) -> dict[st
     runners = {}
     for variant in chosen:
         apply(model, VARIANTS[variant], defaults)
-        runners[variant] = make_runner(model, args.context, args.rounds * (args.steps + 3))
+        runners[variant] = make_runner(model, args.context, args.rounds * (args.steps + 3),
+                                       VARIANTS[variant].get("graph_max_len"))  # fmt: skip
     apply(model, {}, defaults)
     times = {v: [] for v in chosen}
     for _ in range(args.rounds):
@@ -471,7 +484,8 @@ def sequential_times(model, chosen: list[str], defaults: dict, args) -> dict[str
     for _ in range(args.rounds):
         for variant in chosen:
             apply(model, VARIANTS[variant], defaults)
-            seconds = time_variant(model, args.context, args.steps)
+            seconds = time_variant(model, args.context, args.steps,
+                                   VARIANTS[variant].get("graph_max_len"))  # fmt: skip
             times[variant].append(seconds)
             print(f"{variant:10s} {1e3 * seconds:7.3f} ms", flush=True)
     return times

@@ -109,3 +109,15 @@ def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(ben
     assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
     assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
     assert gemv.CONFIGS == defaults["gemv"] and gemv.CONFIGS["tall_m1"].split_k == 1
+
+
+def test_a_runner_for_the_servers_context_leaves_the_model_as_it_was(bench, mini):
+    """graph_max_len (graph_131k): the runner is built (and its graphs captured) for that context,
+    and the model's own max_model_len is back afterwards."""
+    assert bench.VARIANTS["graph_131k"]["graph_max_len"] == 131072
+    before = mini.max_model_len  # (mini's: 131072 itself, so ask for another)
+    runner, seqs = bench.make_runner(mini, 64, 8, graph_max_len=4096)
+    assert mini.max_model_len == before
+    assert runner.max_blocks_per_seq == 4096 // bench.BLOCK
+    assert bench.make_runner(mini, 64, 8)[0].max_blocks_per_seq == -(-before // bench.BLOCK)
+    assert len(seqs) == 1 and seqs[0].start == 64
