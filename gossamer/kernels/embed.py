@@ -7,7 +7,9 @@ them into the input buffer: the host writes -1 for those tokens with the step's 
 Its twin is TorchOps.embed (torch.where, then indexing).
 
 At batch 1 this is the first kernel of a decode step; torch's indexing kernel took ~5 us there, and
-its launch is not programmatic (PDL), so the next kernel could not start early.
+its launch is not programmatic (PDL), so the next kernel could not start early. TritonOps uses this
+kernel where the runner passes fed ids (model_runner.GREEDY_IN_GRAPH, off until measured); other
+steps keep torch's indexing.
 """
 
 from __future__ import annotations

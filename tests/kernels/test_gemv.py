@@ -147,8 +147,8 @@ def test_logits_pick_greedily_on_every_path(gemv):
     """`logits(..., greedy_out)`: torch.argmax of the logits whether the GEMV picks (unsplit) or
     not (a K split: an argmax after it; too many rows: torch's linear)."""
     x, weight, _ = _problem(1, 70, 200, torch.float16, seed=16)
-    split = gemv._gemv(x, weight, None, TINY["dot"], torch.float32, torch.zeros(1).long())
-    assert not split[1]
+    unused = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    assert not gemv._gemv(x, weight, None, TINY["dot"], torch.float32, unused)[1]  # split: no
     for rows in (1, 3, gemv.GEMV_MAX_M + 1):
         x = torch.randn(rows, 200, device=DEVICE).to(torch.float16)
         greedy = torch.full((rows,), -1, dtype=torch.int64, device=DEVICE)
@@ -368,8 +368,8 @@ def test_gpu_greedy_pick_of_the_unembedding_replays_in_a_cuda_graph():
     x, weight, _ = _problem(1, 201088, 2880, torch.bfloat16, seed=22, device="cuda")
     weight[7] = weight[150000] = weight[7] * 4  # a tie for the largest logit of some inputs
     greedy = torch.full((1,), -1, dtype=torch.int64, device="cuda")
-    logits = compiled.logits(x, weight, greedy)
-    assert torch.equal(greedy, logits.argmax(dim=-1))
+    logits, picked = compiled._gemv(x, weight, None, None, torch.float32, greedy)
+    assert picked and torch.equal(greedy, logits.argmax(dim=-1))  # the kernel's pick, no argmax
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
