@@ -7,6 +7,11 @@ the device, run. The same buffers back the captured graphs. On the GPU the host 
 and copied without blocking, so filling and launching a step never waits for the one before it
 (engine/overlap.py); `UploadFence` keeps the next fill from rewriting them too early.
 
+Greedy picks in the graph (GREEDY_IN_GRAPH, off until measured): plain-decode graphs also write each
+token's argmax into `greedy_ids` (`last_greedy` after a replay). Fed back as the next step's
+`device_input_ids`, they are not copied: the upload writes -1 for those tokens and the embedding
+reads the pick from `greedy_ids` (Ops.embed).
+
 Tree graphs (`tree_query_len`, tree speculation): graphs of `tree_query_len` tokens per sequence
 whose attention reads the tree mask from a device buffer. They replay any step whose sequences feed
 at most that many tokens each (tree verification, a truncated tree, a plain decode beside them, the

@@ -80,11 +80,16 @@ def test_greedy_picks_of_a_graph_step_are_fed_back_in_place(model, monkeypatch):
     runner.run([SeqInput([1, 2, 3], 0, ((30, 31), (30, 31)))])
     assert runner.last_greedy is None
     assert twin.num_fed_in_place == 0 and runner.num_fed_in_place == 1
-    # off (the default): no pick, and a runner fed any tensor copies it
+    # off (the default): no pick, and even its own buffer, fed, is copied into the input ids
     monkeypatch.setattr(model_runner, "GREEDY_IN_GRAPH", False)
     plain = runner_for(model, graphs=True)
     prefill_then_decode(plain, [17, 250])
     assert plain.last_greedy is None
+    plain.greedy_ids[:2] = torch.tensor(host_picks)
+    seqs = [SeqInput([PLACEHOLDER], start, table) for start, table in _decode_state()]
+    copied = plain.run(seqs, device_input_ids=plain.greedy_ids[:2])
+    torch.testing.assert_close(copied, fed, rtol=0, atol=0)
+    assert plain.num_fed_in_place == 0 and plain.dev["input_ids"][:2].tolist() == host_picks
 
 
 def _decode_state():
