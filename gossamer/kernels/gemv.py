@@ -284,7 +284,6 @@ def _gemv(x, weight, bias, config, out_dtype, greedy_out) -> tuple[torch.Tensor,
 # between launches) and an int32 arrival count (0 between launches); the last program to arrive
 # reads the keys and resets both. NOTE: shared by every call on the device, as `_counters`.
 _GREEDY_KEYS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-_NO_KEY_VALUE = -(2**63)
 
 
 def _greedy_scratch(
@@ -300,7 +299,7 @@ def _greedy_scratch(
     if device not in _GREEDY_KEYS:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None
-        keys = torch.full((MAX_ROWS,), _NO_KEY_VALUE, dtype=torch.int64, device=device)
+        keys = torch.full((MAX_ROWS,), NO_KEY.value, dtype=torch.int64, device=device)
         _GREEDY_KEYS[device] = (keys, torch.zeros(1, dtype=torch.int32, device=device))
     return (greedy_out, *_GREEDY_KEYS[device])
 
