@@ -63,6 +63,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                at any expert count (120b)
   graph_131k   the graph captured for a 131k context (the server's max_model_len: 64 attention
                key splits at batch 1) instead of about the benchmark's context (16 at 1k)
+  context_graphs  graph_131k with the context-bucket graphs (model_runner.CONTEXT_GRAPHS): the
+               1k step replays the graph captured for up to 1,984 keys (16 splits)
   greedy_in_graph / greedy_argmax  the greedy pick made inside the graph and read in place by
                the next step's embedding (model_runner.GREEDY_IN_GRAPH), or an argmax after the
                graph copied into the next step's input (the default)
@@ -244,6 +246,9 @@ VARIANTS["greedy_in_graph"] = {"greedy_in_graph": True}
 # The graph captured for a 131k context, as `gossamer serve` captures it (max_model_len): attention
 # then launches 64 key splits at batch 1 where the benchmark's own graph has 16 at 1k context
 VARIANTS["graph_131k"] = {"graph_max_len": 131072}
+# ... and with its context-bucket graphs (model_runner.CONTEXT_GRAPHS, off until measured): the step
+# at the benchmark's context replays the bucket graph that launches its own split count
+VARIANTS["context_graphs"] = {"graph_max_len": 131072, "context_graphs": True}
 VARIANTS["greedy_argmax"] = {"greedy_in_graph": False}
 GATE_UP_VARIANTS = {
     "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
@@ -361,6 +366,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.TOP_K_KEYS = variant.get("topk_keys", defaults["topk_keys"])
     moe_mxfp4.ROUTE_IN_TOP_K_KEYS = variant.get("route_in_keys", defaults["route_in_keys"])
     model_runner.GREEDY_IN_GRAPH = variant.get("greedy_in_graph", defaults["greedy_in_graph"])
+    model_runner.CONTEXT_GRAPHS = variant.get("context_graphs", defaults["context_graphs"])
     moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS = variant.get(
         "route_in_max_experts", defaults["route_in_max_experts"]
     )
@@ -443,6 +449,7 @@ def current_defaults() -> dict:
             "packed_gate_up": moe_mxfp4.PACKED_GATE_UP, "triton_unembed": gemv.TRITON_UNEMBED,
             "topk_keys": moe_mxfp4.TOP_K_KEYS, "route_in_keys": moe_mxfp4.ROUTE_IN_TOP_K_KEYS,
             "greedy_in_graph": model_runner.GREEDY_IN_GRAPH,
+            "context_graphs": model_runner.CONTEXT_GRAPHS,
             "route_in_max_experts": moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 

@@ -968,6 +968,26 @@ def _decode_splits(
     return 1 << int(math.log2(max(splits, 1)))
 
 
+def decode_context_bounds(
+    num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+) -> list[int]:
+    """Context lengths below `max_seq_len` at which a one-token decode step of `num_seqs` sequences
+    launches fewer key splits of full attention than at `max_seq_len`: for each smaller split
+    count, the longest context that has it, ascending. A graph captured with max_seq_len = such a
+    bound launches, for every context from the bound before it, what an uncaptured step would
+    (model_runner.CONTEXT_GRAPHS); one captured at `max_seq_len` launches that length's splits
+    for every context, most of them empty at short ones (see `paged_attention`'s merge)."""
+    min_chunk = triton.cdiv(max(DECODE_MIN_SPLIT_KEYS, 1), DECODE_BLOCK_N) * DECODE_BLOCK_N
+    full = _decode_splits(num_seqs, num_kv_heads, max_seq_len, min_chunk, device)
+    longest: dict[int, int] = {}
+    # the split count changes only where cdiv(keys, min_chunk) does: after a multiple of it
+    for keys in range(min_chunk, max_seq_len, min_chunk):
+        splits = _decode_splits(num_seqs, num_kv_heads, keys, min_chunk, device)
+        if splits < full:
+            longest[splits] = keys
+    return sorted(longest.values())
+
+
 @functools.cache
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":

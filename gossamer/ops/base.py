@@ -133,6 +133,15 @@ class Ops(Protocol):
         consumes it (results as the composition's, up to the float32 sum's order)."""
         ...
 
+    def decode_context_bounds(
+        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+    ) -> list[int]:
+        """Context lengths below max_seq_len at which a one-token decode step of num_seqs
+        sequences would launch its kernels differently (ascending): decode graphs captured at
+        each bound serve shorter contexts as an uncaptured step would (model_runner's
+        CONTEXT_GRAPHS). [] when launches do not depend on the context."""
+        ...
+
     def rope(
         self,
         q: torch.Tensor,

@@ -32,6 +32,11 @@ class TorchOps:
             input_ids = torch.where(input_ids < 0, fed_ids[: input_ids.shape[0]], input_ids)
         return weight[input_ids]
 
+    def decode_context_bounds(
+        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+    ) -> list[int]:
+        return []  # the same computation at any context
+
     def logits(
         self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
     ) -> torch.Tensor:

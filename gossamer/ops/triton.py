@@ -125,6 +125,12 @@ class TritonOps:
             attend = self._reference.attention
         return attend(q, kv_cache, metadata, group, sinks, scale, sliding_window)
 
+    def decode_context_bounds(
+        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+    ) -> list[int]:
+        bounds = _kernel("attention", "decode_context_bounds")
+        return [] if bounds is None else bounds(num_seqs, num_kv_heads, max_seq_len, device)
+
     def rope_write_kv_attention(
         self,
         q: torch.Tensor,

@@ -12,6 +12,11 @@ token's argmax into `greedy_ids` (`last_greedy` after a replay). Fed back as the
 `device_input_ids`, they are not copied: the upload writes -1 for those tokens and the embedding
 reads the pick from `greedy_ids` (Ops.embed).
 
+Context buckets (CONTEXT_GRAPHS, off until measured): small plain-decode batches also get graphs
+captured for shorter contexts than max_model_len (`ops.decode_context_bounds`), and a step replays
+the first whose bound holds its longest sequence, so that attention launches the key splits an
+uncaptured step of that context would.
+
 Tree graphs (`tree_query_len`, tree speculation): graphs of `tree_query_len` tokens per sequence
 whose attention reads the tree mask from a device buffer. They replay any step whose sequences feed
 at most that many tokens each (tree verification, a truncated tree, a plain decode beside them, the
@@ -28,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +58,16 @@ MAX_TREE_QUERY_LEN = 63
 # 2026-12-04). Off until measured: written and tested on the CPU only (no GPU was lent after that
 # timeline); its sm_90 build was checked offline (the pick's int64 atomics compile). (env: A/B)
 GREEDY_IN_GRAPH = os.environ.get("GOSSAMER_GREEDY_IN_GRAPH", "0") == "1"
+# Plain-decode graphs of small batches are also captured per context bucket (`ops`'s
+# decode_context_bounds of at least CONTEXT_GRAPH_MIN_LEN), and a step replays the first whose
+# bound holds its longest sequence. Why: attention sizes its key splits by the max_seq_len a graph
+# was captured with, and the server captures at max_model_len (131k: 64 splits at batch 1 where
+# an uncaptured 1k step launches 16); the empty splits exit early, but they are launched, and the
+# in-kernel merge loads all of a power of two of them, masked. Shorter contexts than the minimum
+# keep the smallest bucket. Off until measured (benchmarks/fusion_ab.py context_graphs against
+# graph_131k and the defaults); GOSSAMER_CONTEXT_GRAPHS=1 turns it on.
+CONTEXT_GRAPHS = os.environ.get("GOSSAMER_CONTEXT_GRAPHS", "0") == "1"
+CONTEXT_GRAPH_MIN_LEN = 512
 
 # How a step ran (ModelRunner.step_modes, EngineStats.runner_steps): replayed a captured graph, or
 # ran eagerly for the reason named. An eager step launches every kernel from Python (milliseconds).
@@ -215,6 +231,10 @@ class ModelRunner:
         self.last_greedy: torch.Tensor | None = None
         self.num_fed_in_place = 0  # steps fed greedy_ids as they were
         self.greedy_in_graph = GREEDY_IN_GRAPH  # (read once: the graphs are captured with it)
+        # per plain-decode graph key, its context-bucket graphs (CONTEXT_GRAPHS): (bound, graph,
+        # logits, extras), ascending bounds, all below max_model_len (the key's own graph's)
+        self.context_graphs: dict[tuple[int, int], list[tuple[int, Any, torch.Tensor, tuple]]] = {}
+        self.capture_context_graphs = CONTEXT_GRAPHS
 
     def _lay_out(self, num_tokens: int, num_seqs: int) -> None:
         """Points `host` and `dev` at the views of a step of this size (a graph's: its padded
@@ -337,7 +357,7 @@ class ModelRunner:
         self._lay_out(*((key[0] * key[1], key[0]) if key is not None else (num_tokens, len(seqs))))
         _, rows, max_query, max_seq = self._fill(seqs)
         if key is not None:
-            return self._replay(key, len(seqs))
+            return self._replay(key, len(seqs), max_seq)
         logits, self.last_extras = self._run_eager(seqs, num_tokens, rows, max_query, max_seq)
         return logits
 
@@ -433,16 +453,25 @@ class ModelRunner:
         )
         host["seq_lens"][num_seqs:graph_size] = q
 
-    def _replay(self, key: tuple[int, int], num_seqs: int) -> torch.Tensor:
+    def _replay(self, key: tuple[int, int], num_seqs: int, max_seq: int) -> torch.Tensor:
         size, q = key
         self._pad(num_seqs, size, q)
         self._upload()
-        self.graphs[key].replay()
+        graph, logits, extras = self._graph_for(key, max_seq)
+        graph.replay()
         num_tokens = num_seqs * q  # the rows of padding sequences are left out
-        self.last_extras = tuple(extra[:num_tokens] for extra in self.graph_extras.get(key, ()))
+        self.last_extras = tuple(extra[:num_tokens] for extra in extras)
         if self._picks_greedy(q):
             self.last_greedy = self.greedy_ids[:num_tokens]
-        return self.graph_logits[key][:num_tokens]
+        return logits[:num_tokens]
+
+    def _graph_for(self, key: tuple[int, int], max_seq: int) -> tuple[Any, torch.Tensor, tuple]:
+        """(graph, its logits, its extras) to replay a step of `key` whose longest sequence is
+        max_seq long: the first context bucket that holds it, else the key's own graph."""
+        for bound, graph, logits, extras in self.context_graphs.get(key, ()):
+            if max_seq <= bound:
+                return graph, logits, extras
+        return self.graphs[key], self.graph_logits[key], self.graph_extras.get(key, ())
 
     def _fill_tree_graph(
         self, seqs: list[SeqInput], size: int, q: int
@@ -513,28 +542,51 @@ class ModelRunner:
         keys = [(size, q) for q in query_lens for size in sizes if size * q <= self.max_tokens]
         keys = [(b, q) for b, q in keys if q == 1 or b <= MAX_MULTI_TOKEN_GRAPH_SEQS]
         for size, q in sorted(keys, key=lambda key: key[0] * key[1], reverse=True):
-            num_tokens, tree = size * q, q == self.tree_query_len
-            self._width = 1
-            self._lay_out(num_tokens, size)
-            self._pad(0, size, q)
-            self._upload()
             # NOTE: attention sizes its split-K grid from max_seq_len; the context bound keeps one
             # graph valid for every context length.
-            metadata = self._metadata(num_tokens, size, q, self.model.max_model_len, False)
-            if tree:  # read on the device only (no host copy), so it is every replay's
-                metadata.tree_mask = self.dev["tree_mask"][:num_tokens]
-            ids = self.dev["input_ids"][:num_tokens]
-            positions = self.dev["positions"][:num_tokens]
-            greedy = self.greedy_ids[:num_tokens] if self._picks_greedy(q) else None
-            if greedy is not None and self.device.type == "cuda":
-                self._warm_greedy_pick(greedy)
-            graph, (logits, *extras) = capture.capture(
-                partial(self._graph_step, ids, positions, metadata, greedy)
-            )
+            graph, logits, extras = self._capture_one(capture, size, q, self.model.max_model_len)
             self.graphs[(size, q)] = graph
             self.graph_logits[(size, q)] = logits
-            self.graph_extras[(size, q)] = tuple(extras)
+            self.graph_extras[(size, q)] = extras
+        for size, q in keys:
+            if self.capture_context_graphs and self._is_plain_decode(q):
+                self.context_graphs[(size, q)] = [
+                    (bound, *self._capture_one(capture, size, q, bound))
+                    for bound in self._context_bounds(size)
+                ]
         capture.finish()
+
+    def _capture_one(
+        self, capture: GraphCapture | EagerGraphCapture, size: int, q: int, max_seq_len: int
+    ) -> tuple[Any, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(graph, logits, extras) of `size` sequences of q tokens, attention launched for
+        contexts up to max_seq_len (any context replays correctly: only the split count differs)."""
+        num_tokens, tree = size * q, q == self.tree_query_len
+        self._width = 1
+        self._lay_out(num_tokens, size)
+        self._pad(0, size, q)
+        self._upload()
+        metadata = self._metadata(num_tokens, size, q, max_seq_len, False)
+        if tree:  # read on the device only (no host copy), so it is every replay's
+            metadata.tree_mask = self.dev["tree_mask"][:num_tokens]
+        ids = self.dev["input_ids"][:num_tokens]
+        positions = self.dev["positions"][:num_tokens]
+        greedy = self.greedy_ids[:num_tokens] if self._picks_greedy(q) else None
+        if greedy is not None and self.device.type == "cuda":
+            self._warm_greedy_pick(greedy)
+        graph, (logits, *extras) = capture.capture(
+            partial(self._graph_step, ids, positions, metadata, greedy)
+        )
+        return graph, logits, tuple(extras)
+
+    def _context_bounds(self, size: int) -> list[int]:
+        """The context buckets of plain-decode graphs of `size` sequences (CONTEXT_GRAPHS)."""
+        bounds = getattr(self.model.ops, "decode_context_bounds", None)  # (stand-ins have none)
+        if bounds is None:
+            return []
+        config = self.model.config
+        found = bounds(size, config.num_key_value_heads, self.model.max_model_len, self.device)
+        return [bound for bound in found if bound >= CONTEXT_GRAPH_MIN_LEN]
 
     def _warm_greedy_pick(self, greedy: torch.Tensor) -> None:
         """One eager unembedding with the pick before its graph is captured: compiles the pick's
@@ -560,7 +612,11 @@ class ModelRunner:
     def _picks_greedy(self, query_len: int) -> bool:
         """Whether the graphs of this tokens-per-sequence pick greedily: plain decode only, the
         steps the overlapped engine feeds back (verification steps read their logits instead)."""
-        return self.greedy_in_graph and query_len == 1 and query_len != self.tree_query_len
+        return self.greedy_in_graph and self._is_plain_decode(query_len)
+
+    def _is_plain_decode(self, query_len: int) -> bool:
+        """Whether graphs of this tokens-per-sequence are plain decode's (not a tree graph)."""
+        return query_len == 1 and query_len != self.tree_query_len
 
 
 def graphs_possible(model, cuda_graphs: bool) -> bool:

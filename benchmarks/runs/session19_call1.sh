@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 17 (its call 3 was refused: no machine lent). #8, ~9.5 min (steps capped at
-# 580 s: results are saved after each step). The step's
+# Prepared in session 17 (its call 3 was refused: no machine lent; session 18 was lent none and
+# added context_graphs). #8, ~9.5 min (steps capped at 580 s: results are saved after each step).
+# The step's
 # greedy pick inside the graph (model_runner.GREEDY_IN_GRAPH, off; GOSSAMER_GREEDY_IN_GRAPH=1): at
 # batch 1 the unembedding GEMV's programs pick the argmax with one atomic max each, and the next
 # step's embedding (kernels/embed.py) reads that pick in place, so the argmax kernel (+ its
@@ -11,18 +12,20 @@
 #     replays, ties), the embedding, the bf16 model and its graphs, the overlapped engine against
 #     the synchronous one, tree graphs, the runner's in-place feed;
 # (2) 20b: defaults against greedy_in_graph, the QKV 8 tiles deep (qkv_whole_k_s8, the default
-#     before session 17 made it 12: -5 us on 20b) and 16 deep, and graph_131k (the graph captured
-#     for a 131k context as `gossamer serve` captures it: 64 attention key splits at batch 1, not
-#     the benchmark's 16; if it is much slower, context-bucketed decode graphs are next);
+#     before session 17 made it 12: -5 us on 20b), graph_131k (the graph captured for a 131k
+#     context as `gossamer serve` captures it: 64 attention key splits at batch 1, not the
+#     benchmark's 16) and context_graphs (graph_131k plus session 18's context-bucket graphs,
+#     model_runner.CONTEXT_GRAPHS: the 1k step replays a graph of 16 splits);
 # (3) 120b: the same four; (4) the 20b timeline with the pick on (steps cut at the new embedding).
-# If greedy_in_graph wins on both: turn GREEDY_IN_GRAPH on (then greedy_argmax is the old path),
-# and run decode_speed.py --batch-sizes 1 for the record.
+# If greedy_in_graph wins on both: turn GREEDY_IN_GRAPH on (then greedy_argmax is the old path).
+# If graph_131k is slower than the defaults and context_graphs wins that back: turn CONTEXT_GRAPHS
+# on (the server's graphs are captured at 131k). Then session19_call2.sh.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-R=/tmp/s18c1; mkdir -p $R
-step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s18c1; return $rc; }
+R=/tmp/s19c1; mkdir -p $R
+step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s19c1; return $rc; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $R/gpu.txt
 TAILN=12 step gpu_tests 180 env GOSSAMER_GREEDY_IN_GRAPH=1 bash -c 'python3 -m pytest tests/kernels/test_gemv.py -k "greedy or logits or unembedding" -p no:cacheprovider -q --tb=short -rf; a=$?; python3 -m pytest tests/kernels/test_embed.py tests/kernels/test_triton_model.py tests/engine/test_async_scheduling_gpu.py tests/spec/test_tree_graphs_gpu.py tests/runner/test_device_input_ids.py -p no:cacheprovider -q --tb=short -rf; exit $((a || $?))'
-TAILN=10 step ab_20b 150 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,greedy_in_graph,qkv_whole_k_s8,qkv_whole_k_s16,graph_131k --interleave --fed --rounds 5 --steps 32 --json $R/ab_20b.json
-TAILN=10 step ab_120b 170 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,greedy_in_graph,qkv_whole_k_s8,qkv_whole_k_s16,graph_131k --interleave --fed --rounds 5 --steps 32 --json $R/ab_120b.json
+TAILN=10 step ab_20b 150 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,greedy_in_graph,qkv_whole_k_s8,graph_131k,context_graphs --interleave --fed --rounds 5 --steps 32 --json $R/ab_20b.json
+TAILN=10 step ab_120b 170 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,greedy_in_graph,qkv_whole_k_s8,graph_131k,context_graphs --interleave --fed --rounds 5 --steps 32 --json $R/ab_120b.json
 TAILN=30 step timeline_20b 80 env GOSSAMER_GREEDY_IN_GRAPH=1 python3 benchmarks/graph_timeline.py --model gpt-oss-20b --json $R/timeline_20b.json
