@@ -969,14 +969,17 @@ def _decode_splits(
 
 
 def decode_context_bounds(
-    num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+    num_seqs: int, query_len: int, num_kv_heads: int, max_seq_len: int, device: torch.device
 ) -> list[int]:
-    """Context lengths below `max_seq_len` at which a one-token decode step of `num_seqs` sequences
-    launches fewer key splits of full attention than at `max_seq_len`: for each smaller split
-    count, the longest context that has it, ascending. A graph captured with max_seq_len = such a
-    bound launches, for every context from the bound before it, what an uncaptured step would
-    (model_runner.CONTEXT_GRAPHS); one captured at `max_seq_len` launches that length's splits
-    for every context, most of them empty at short ones (see `paged_attention`'s merge)."""
+    """Context lengths below `max_seq_len` at which a step of `num_seqs` sequences of `query_len`
+    tokens launches fewer key splits of full attention than at `max_seq_len`: for each smaller
+    split count, the longest context that has it, ascending ([] past the decode launch's query
+    lengths: one split). A graph captured with max_seq_len = such a bound launches, for every
+    context from the bound before it, what an uncaptured step would (model_runner.CONTEXT_GRAPHS);
+    one captured at `max_seq_len` launches that length's splits for every context, most of them
+    empty at short ones (see `paged_attention`'s merge)."""
+    if query_len > DECODE_MAX_QUERY_LEN:
+        return []
     min_chunk = triton.cdiv(max(DECODE_MIN_SPLIT_KEYS, 1), DECODE_BLOCK_N) * DECODE_BLOCK_N
     full = _decode_splits(num_seqs, num_kv_heads, max_seq_len, min_chunk, device)
     longest: dict[int, int] = {}

@@ -134,12 +134,17 @@ class Ops(Protocol):
         ...
 
     def decode_context_bounds(
-        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+        self,
+        num_seqs: int,
+        query_len: int,
+        num_kv_heads: int,
+        max_seq_len: int,
+        device: torch.device,
     ) -> list[int]:
-        """Context lengths below max_seq_len at which a one-token decode step of num_seqs
-        sequences would launch its kernels differently (ascending): decode graphs captured at
-        each bound serve shorter contexts as an uncaptured step would (model_runner's
-        CONTEXT_GRAPHS). [] when launches do not depend on the context."""
+        """Context lengths below max_seq_len at which a step of num_seqs sequences of query_len
+        tokens each would launch its kernels differently (ascending): graphs captured at each
+        bound serve shorter contexts as an uncaptured step would (model_runner's CONTEXT_GRAPHS).
+        [] when launches do not depend on the context."""
         ...
 
     def rope(

@@ -33,7 +33,12 @@ class TorchOps:
         return weight[input_ids]
 
     def decode_context_bounds(
-        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+        self,
+        num_seqs: int,
+        query_len: int,
+        num_kv_heads: int,
+        max_seq_len: int,
+        device: torch.device,
     ) -> list[int]:
         return []  # the same computation at any context
 

@@ -126,10 +126,17 @@ class TritonOps:
         return attend(q, kv_cache, metadata, group, sinks, scale, sliding_window)
 
     def decode_context_bounds(
-        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device
+        self,
+        num_seqs: int,
+        query_len: int,
+        num_kv_heads: int,
+        max_seq_len: int,
+        device: torch.device,
     ) -> list[int]:
         bounds = _kernel("attention", "decode_context_bounds")
-        return [] if bounds is None else bounds(num_seqs, num_kv_heads, max_seq_len, device)
+        if bounds is None:
+            return []
+        return bounds(num_seqs, query_len, num_kv_heads, max_seq_len, device)
 
     def rope_write_kv_attention(
         self,

@@ -12,10 +12,10 @@ token's argmax into `greedy_ids` (`last_greedy` after a replay). Fed back as the
 `device_input_ids`, they are not copied: the upload writes -1 for those tokens and the embedding
 reads the pick from `greedy_ids` (Ops.embed).
 
-Context buckets (CONTEXT_GRAPHS, off until measured): small plain-decode batches also get graphs
-captured for shorter contexts than max_model_len (`ops.decode_context_bounds`), and a step replays
-the first whose bound holds its longest sequence, so that attention launches the key splits an
-uncaptured step of that context would.
+Context buckets (CONTEXT_GRAPHS, off until measured): graphs of a few tokens (small decode and
+verification batches) also get copies captured for shorter contexts than max_model_len
+(`ops.decode_context_bounds`), and a step replays the first whose bound holds its longest sequence,
+so that attention launches the key splits an uncaptured step of that context would.
 
 Tree graphs (`tree_query_len`, tree speculation): graphs of `tree_query_len` tokens per sequence
 whose attention reads the tree mask from a device buffer. They replay any step whose sequences feed
@@ -58,16 +58,18 @@ MAX_TREE_QUERY_LEN = 63
 # 2026-12-04). Off until measured: written and tested on the CPU only (no GPU was lent after that
 # timeline); its sm_90 build was checked offline (the pick's int64 atomics compile). (env: A/B)
 GREEDY_IN_GRAPH = os.environ.get("GOSSAMER_GREEDY_IN_GRAPH", "0") == "1"
-# Plain-decode graphs of small batches are also captured per context bucket (`ops`'s
+# Graphs of at most CONTEXT_GRAPH_MAX_TOKENS tokens are also captured per context bucket (`ops`'s
 # decode_context_bounds of at least CONTEXT_GRAPH_MIN_LEN), and a step replays the first whose
 # bound holds its longest sequence. Why: attention sizes its key splits by the max_seq_len a graph
 # was captured with, and the server captures at max_model_len (131k: 64 splits at batch 1 where
 # an uncaptured 1k step launches 16); the empty splits exit early, but they are launched, and the
 # in-kernel merge loads all of a power of two of them, masked. Shorter contexts than the minimum
-# keep the smallest bucket. Off until measured (benchmarks/fusion_ab.py context_graphs against
-# graph_131k and the defaults); GOSSAMER_CONTEXT_GRAPHS=1 turns it on.
+# keep the smallest bucket; larger batches launch the same splits at every context past it. Off
+# until measured (benchmarks/fusion_ab.py context_graphs against graph_131k and the defaults);
+# GOSSAMER_CONTEXT_GRAPHS=1 turns it on. The token bound caps the copies' float32 logits (8 rows).
 CONTEXT_GRAPHS = os.environ.get("GOSSAMER_CONTEXT_GRAPHS", "0") == "1"
 CONTEXT_GRAPH_MIN_LEN = 512
+CONTEXT_GRAPH_MAX_TOKENS = 8
 
 # How a step ran (ModelRunner.step_modes, EngineStats.runner_steps): replayed a captured graph, or
 # ran eagerly for the reason named. An eager step launches every kernel from Python (milliseconds).
@@ -231,8 +233,8 @@ class ModelRunner:
         self.last_greedy: torch.Tensor | None = None
         self.num_fed_in_place = 0  # steps fed greedy_ids as they were
         self.greedy_in_graph = GREEDY_IN_GRAPH  # (read once: the graphs are captured with it)
-        # per plain-decode graph key, its context-bucket graphs (CONTEXT_GRAPHS): (bound, graph,
-        # logits, extras), ascending bounds, all below max_model_len (the key's own graph's)
+        # per graph key, its context-bucket graphs (CONTEXT_GRAPHS): (bound, graph, logits,
+        # extras), ascending bounds, all below max_model_len (the key's own graph's)
         self.context_graphs: dict[tuple[int, int], list[tuple[int, Any, torch.Tensor, tuple]]] = {}
         self.capture_context_graphs = CONTEXT_GRAPHS
 
@@ -525,9 +527,11 @@ class ModelRunner:
         tokens = to_device(token_rows, self.device)
         self._device_input_rows = tokens
         self._upload()
-        self.graphs[key].replay()
-        self.last_extras = tuple(extra[tokens] for extra in self.graph_extras.get(key, ()))
-        return self.graph_logits[key][to_device(logit_rows, self.device)]
+        # (padded, each sequence takes q positions from its start)
+        graph, logits, extras = self._graph_for(key, max(seq.start for seq in seqs) + q)
+        graph.replay()
+        self.last_extras = tuple(extra[tokens] for extra in extras)
+        return logits[to_device(logit_rows, self.device)]
 
     def capture_graphs(
         self,
@@ -549,10 +553,10 @@ class ModelRunner:
             self.graph_logits[(size, q)] = logits
             self.graph_extras[(size, q)] = extras
         for size, q in keys:
-            if self.capture_context_graphs and self._is_plain_decode(q):
+            if self.capture_context_graphs and size * q <= CONTEXT_GRAPH_MAX_TOKENS:
                 self.context_graphs[(size, q)] = [
                     (bound, *self._capture_one(capture, size, q, bound))
-                    for bound in self._context_bounds(size)
+                    for bound in self._context_bounds(size, q)
                 ]
         capture.finish()
 
@@ -579,13 +583,13 @@ class ModelRunner:
         )
         return graph, logits, tuple(extras)
 
-    def _context_bounds(self, size: int) -> list[int]:
-        """The context buckets of plain-decode graphs of `size` sequences (CONTEXT_GRAPHS)."""
+    def _context_bounds(self, size: int, q: int) -> list[int]:
+        """The context buckets of graphs of `size` sequences of q tokens (CONTEXT_GRAPHS)."""
         bounds = getattr(self.model.ops, "decode_context_bounds", None)  # (stand-ins have none)
         if bounds is None:
             return []
-        config = self.model.config
-        found = bounds(size, config.num_key_value_heads, self.model.max_model_len, self.device)
+        heads, max_len = self.model.config.num_key_value_heads, self.model.max_model_len
+        found = bounds(size, q, heads, max_len, self.device)
         return [bound for bound in found if bound >= CONTEXT_GRAPH_MIN_LEN]
 
     def _warm_greedy_pick(self, greedy: torch.Tensor) -> None:
@@ -612,11 +616,7 @@ class ModelRunner:
     def _picks_greedy(self, query_len: int) -> bool:
         """Whether the graphs of this tokens-per-sequence pick greedily: plain decode only, the
         steps the overlapped engine feeds back (verification steps read their logits instead)."""
-        return self.greedy_in_graph and self._is_plain_decode(query_len)
-
-    def _is_plain_decode(self, query_len: int) -> bool:
-        """Whether graphs of this tokens-per-sequence are plain decode's (not a tree graph)."""
-        return query_len == 1 and query_len != self.tree_query_len
+        return self.greedy_in_graph and query_len == 1 and query_len != self.tree_query_len
 
 
 def graphs_possible(model, cuda_graphs: bool) -> bool:

@@ -28,7 +28,8 @@ def test_each_context_gets_the_splits_of_an_uncaptured_step(monkeypatch, num_seq
     """A graph captured at the first bound that holds a context launches what an uncaptured step
     of that context would; past the last bound, the max_len graph does."""
     monkeypatch.setattr(attention, "_sm_count", lambda device: H200_SMS)
-    bounds = attention.decode_context_bounds(num_seqs, 8, max_len, CPU)
+    bounds = attention.decode_context_bounds(num_seqs, 1, 8, max_len, CPU)
+    assert attention.decode_context_bounds(num_seqs, 4, 8, max_len, CPU) == bounds  # verification
     assert bounds == sorted(set(bounds)) and all(bound < max_len for bound in bounds)
     for context in range(1, max_len + 1, 7):
         captured_at = next((bound for bound in bounds if context <= bound), max_len)
@@ -38,10 +39,12 @@ def test_each_context_gets_the_splits_of_an_uncaptured_step(monkeypatch, num_seq
 def test_bounds_at_batch_1_on_an_h200(monkeypatch):
     """At batch 1 a 131k graph launches 64 splits; 1k keys need 16 (a spot check of the rule)."""
     monkeypatch.setattr(attention, "_sm_count", lambda device: H200_SMS)
-    bounds = attention.decode_context_bounds(1, 8, 131072, CPU)
+    bounds = attention.decode_context_bounds(1, 1, 8, 131072, CPU)
     assert splits(1, 131072) == 64 and splits(1, 1024) == 16
     assert [splits(1, bound) for bound in bounds] == [1, 2, 4, 8, 16, 32]
-    assert attention.decode_context_bounds(8, 8, 131072, CPU)[-1] < 512  # 8 splits from 512 on
+    assert attention.decode_context_bounds(8, 1, 8, 131072, CPU)[-1] < 512  # 8 splits from 512 on
+    past_decode = attention.DECODE_MAX_QUERY_LEN + 1  # (the prefill launch: one split)
+    assert attention.decode_context_bounds(1, past_decode, 8, 131072, CPU) == []
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def model(tmp_path_factory):
     return load_model(str(path), dtype="float32").model
 
 
-def runner_for(model, monkeypatch, context_graphs: bool) -> ModelRunner:
+def runner_for(model, monkeypatch, context_graphs: bool, tree_query_len=None) -> ModelRunner:
     monkeypatch.setattr(model_runner, "CONTEXT_GRAPHS", context_graphs)
     monkeypatch.setattr(model_runner, "CONTEXT_GRAPH_MIN_LEN", 10)
     # bounds as attention gives them, the shortest below the runner's minimum
@@ -58,18 +61,31 @@ def runner_for(model, monkeypatch, context_graphs: bool) -> ModelRunner:
         model.ops, "decode_context_bounds", lambda *args: [6, 12, 20], raising=False
     )
     runner = ModelRunner(
-        model, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=64
+        model,
+        num_blocks=64,
+        block_size=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        tree_query_len=tree_query_len,
     )
     runner.capture_graphs([1, 2, 4], (1, 3), capture=EagerGraphCapture())
     return runner
 
 
-def decode(runner: ModelRunner, steps: int) -> list[torch.Tensor]:
-    """Two prompts (9 and 5 tokens), then `steps` greedy decode steps of both: their logits."""
+TABLES = [(list(range(1 + 8 * i, 9 + 8 * i)),) * 2 for i in range(2)]
+
+
+def prefill(runner: ModelRunner) -> tuple[list[list[int]], torch.Tensor]:
+    """Two prompts (9 and 5 tokens): their tokens and last logits."""
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, 320, (n,), generator=gen).tolist() for n in (9, 5)]
-    tables = [(list(range(1 + 8 * i, 9 + 8 * i)),) * 2 for i in range(2)]
-    logits = runner.run([SeqInput(p, 0, t) for p, t in zip(prompts, tables, strict=True)])
+    return prompts, runner.run([SeqInput(p, 0, t) for p, t in zip(prompts, TABLES, strict=True)])
+
+
+def decode(runner: ModelRunner, steps: int) -> list[torch.Tensor]:
+    """`prefill`, then `steps` greedy decode steps of both: their logits."""
+    prompts, logits = prefill(runner)
+    tables = TABLES
     outputs = []
     texts = [list(p) for p in prompts]
     for _ in range(steps):
@@ -86,7 +102,7 @@ def decode(runner: ModelRunner, steps: int) -> list[torch.Tensor]:
 def test_steps_replay_the_first_bucket_that_holds_them(model, monkeypatch):
     runner = runner_for(model, monkeypatch, context_graphs=True)
     buckets = runner.context_graphs
-    assert set(buckets) == {(1, 1), (2, 1), (4, 1)}  # plain decode only, not q = 3
+    assert set(buckets) == {(1, 1), (2, 1), (4, 1), (1, 3), (2, 3)}  # up to 8 tokens
     for entries in buckets.values():
         assert [bound for bound, *_ in entries] == [12, 20]
         for bound, graph, *_ in entries:
@@ -101,3 +117,21 @@ def test_steps_replay_the_first_bucket_that_holds_them(model, monkeypatch):
     assert plain.context_graphs == {}
     for bucketed, reference in zip(outputs, decode(plain, 14), strict=True):
         torch.testing.assert_close(bucketed, reference, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("tree_query_len", [None, 3])
+def test_verification_steps_replay_buckets_too(model, monkeypatch, tree_query_len):
+    """Steps of 3 tokens a sequence (speculative verification, through a tree graph when its length
+    is the tree graphs'): the longer sequence ends at 12 tokens, in the first bucket."""
+    runner = runner_for(model, monkeypatch, True, tree_query_len)
+    plain = runner_for(model, monkeypatch, False, tree_query_len)
+    results = []
+    for each in (runner, plain):
+        prompts, _ = prefill(each)
+        drafts = [[7, 8, 9], [10, 11, 12]]
+        seqs = [SeqInput(d, len(p), t, 3) for d, p, t in zip(drafts, prompts, TABLES, strict=True)]
+        results.append(each.run(seqs).clone())
+    first_bucket = runner.context_graphs[(2, 3)][0]
+    assert first_bucket[0] == 12 and first_bucket[1].num_replays == 1
+    assert runner.graphs[(2, 3)].num_replays == 0
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)

@@ -67,8 +67,8 @@ def decode_logits(runner: ModelRunner, context: int) -> torch.Tensor:
 @pytest.mark.parametrize("context", CONTEXTS)
 def test_a_bucket_graph_replays_the_eager_step(model, runners, context):
     graphed = runners[True]
-    bounds = attention.decode_context_bounds(1, SMALL["num_key_value_heads"], MAX_LEN,
-                                             torch.device("cuda"))  # fmt: skip
+    heads = SMALL["num_key_value_heads"]
+    bounds = attention.decode_context_bounds(1, 1, heads, MAX_LEN, torch.device("cuda"))
     wanted = [bound for bound in bounds if bound >= model_runner.CONTEXT_GRAPH_MIN_LEN]
     assert wanted and [bound for bound, *_ in graphed.context_graphs[(1, 1)]] == wanted
     replays = graphed.step_modes[GRAPH]
