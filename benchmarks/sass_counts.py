@@ -83,11 +83,19 @@ def loop_histogram(compiled) -> collections.Counter:
     return opcodes
 
 
+# Shared-memory traffic, barriers, shuffles and tensor-core ops of a loop, printed apart from the
+# most common opcodes: where a tile's data takes a detour (e.g. v2's weights through shared memory
+# at BLOCK_M 8, where the MMA is mma.sync).
+DATA_MOVES = ("LDGSTS", "LDS", "STS", "BAR", "SHFL", "HMMA", "HGMMA")
+
+
 def report(name: str, compiled, weights_per_thread: float) -> None:
     opcodes = loop_histogram(compiled)
     total = sum(opcodes.values())
     top = ", ".join(f"{op} {n}" for op, n in opcodes.most_common(8))
-    print(f"{name:52s} {total:5d} per loop, {total / weights_per_thread:5.2f} per weight  ({top})")
+    moves = ", ".join(f"{op} {opcodes[op]}" for op in DATA_MOVES if opcodes[op])
+    print(f"{name:52s} {total:5d} per loop, {total / weights_per_thread:5.2f} per weight  ({top})"
+          f"  [{moves}]")  # fmt: skip
 
 
 def grouped_v1(block_m: int) -> None:
@@ -158,7 +166,12 @@ def main() -> None:
     if args.skip_grouped:
         return
     grouped_v1(16)
-    for block_m, changes in ((16, {}), (16, {"SCALE_PREFETCH": 0}), (16, {"REP": 2}), (32, {})):
+    # BLOCK_M 8 on V2_WARPS[8] warps: v2's tile at 64 tokens of 120b (twice the mean pairs an
+    # expert), the C=64 bar's decode steps
+    v2_cases = [(8, {"num_warps": moe.V2_WARPS[8]}), (8, {"num_warps": moe.V2_WARPS[8],
+                "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}), (16, {"REP": 2}),
+                (32, {})]  # fmt: skip
+    for block_m, changes in v2_cases:
         grouped_v2(block_m, changes)
 
 
