@@ -102,6 +102,9 @@ def main() -> None:
                         help="instead of the sweep: the defaults and --warps at each BLOCK_M "
                              "(comma-separated) at --tokens and each --confirm count")  # fmt: skip
     parser.add_argument("--warps", default="4,8", help="num_warps tried with --block-ms")
+    parser.add_argument("--sync-ab", action="store_true",
+                        help="instead of the sweep: tiles of 8 rows with and without "
+                             "moe_mxfp4.V2_SYNC_ORDER, 2 and 3 stages, at --tokens and --confirm")  # fmt: skip
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -110,6 +113,9 @@ def main() -> None:
           f"{triton.__version__} copy {bw / 1e12:.2f} TB/s", flush=True)  # fmt: skip
     if args.block_ms:
         write(args, {"copy_bandwidth_bytes_s": bw, "block_m_rows": block_m_rows(experts, args, bw)})
+        return
+    if args.sync_ab:
+        write(args, {"copy_bandwidth_bytes_s": bw, "sync_rows": sync_rows(experts, args, bw)})
         return
     default = time_layer(experts, args.tokens, moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN, bw)
     _print(default, "defaults")
@@ -144,6 +150,26 @@ def block_m_rows(experts, args, bw: float) -> list[dict]:
                     continue
                 _print(row, f"BLOCK_M {block_m:3d} w{warps}")
                 rows.append(row)
+    return rows
+
+
+def sync_rows(experts, args, bw: float) -> list[dict]:
+    """BLOCK_M 8 on V2_WARPS[8] warps, the K order of v2 (wgmma's) against the mma.sync one
+    (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale shuffles), each at
+    2 and 3 pipeline stages; the rounds interleave the four."""
+    rows, saved = [], moe.V2_SYNC_ORDER
+    try:
+        for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
+            for _ in range(2):  # two rounds
+                for sync, stages in itertools.product((False, True), (3, 2)):
+                    moe.V2_SYNC_ORDER = sync
+                    changes = {"NUM_STAGES": stages, "num_warps": moe.V2_WARPS[8]}
+                    gu, dn = moe.GROUPED_V2_GATE_UP | changes, moe.GROUPED_V2_DOWN | changes
+                    row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
+                    _print(row, f"BLOCK_M 8 sync={int(sync)} s{stages}")
+                    rows.append(row)
+    finally:
+        moe.V2_SYNC_ORDER = saved
     return rows
 
 

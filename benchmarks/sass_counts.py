@@ -167,10 +167,11 @@ def main() -> None:
         return
     grouped_v1(16)
     # BLOCK_M 8 on V2_WARPS[8] warps: v2's tile at 64 tokens of 120b (twice the mean pairs an
-    # expert), the C=64 bar's decode steps
-    v2_cases = [(8, {"num_warps": moe.V2_WARPS[8]}), (8, {"num_warps": moe.V2_WARPS[8],
-                "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}), (16, {"REP": 2}),
-                (32, {})]  # fmt: skip
+    # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER)
+    eight = {"num_warps": moe.V2_WARPS[8]}
+    v2_cases = [(8, eight), (8, eight | {"NUM_STAGES": 2}), (8, eight | {"SYNC": True}),
+                (8, eight | {"SYNC": True, "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}),
+                (16, {"REP": 2}), (32, {})]  # fmt: skip
     for block_m, changes in v2_cases:
         grouped_v2(block_m, changes)
 

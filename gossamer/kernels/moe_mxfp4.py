@@ -361,7 +361,8 @@ def _route_kernel(
     x_ptr,  # [T, H] (read unless X_LAYOUT == 0)
     x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
     # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
-    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps)
+    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: the
+    # same in v2's mma.sync order
     x_unscale_ptr,  # X_LAYOUT 3: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
@@ -398,12 +399,13 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
-    elif X_LAYOUT == 4:
+    elif X_LAYOUT == 4 or X_LAYOUT == 5:
         HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
-            tl.store(x_out_ptr + token * HP + _v2_position(k, V2_GROUPS), values, mask=k < H)
+            position = _v2_position(k, V2_GROUPS, X_LAYOUT == 5)
+            tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
     elif ONE_PASS:
         _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
     elif X_LAYOUT == 3:
@@ -546,7 +548,7 @@ def route_fp16(
     return _route(router_logits, top_k, x, "fp16")
 
 
-_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4}
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5}
 
 
 def _route(
@@ -567,7 +569,7 @@ def _route(
     elif x is not None and x_layout == "fp16":
         x_out = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
         x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
-    elif x is not None and x_layout == "v2":  # holes of the last step stay unwritten (never read)
+    elif x is not None and x_layout in ("v2", "v2_sync"):  # the last step's holes: never read
         x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=x.dtype, device=device)
     elif x is not None:
         x_out = torch.empty_like(x)
@@ -2434,20 +2436,50 @@ GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFE
 # 64 tokens 589 / 658, 128 689 / 739, 256 742 / 783, 512 952 / 1074, 1024 1380 (unchanged).
 V2_MIN_BLOCK_M = 8
 V2_WARPS = {8: 4, 16: 4, 32: 8}
+# Below 16 rows (mma.sync) Triton 3.6 lays the weights' dot operand out in runs of 4 K positions a
+# thread, not wgmma's 2, so in the order above a thread's words come from two scale groups: its
+# words reach registers as 8 four-byte shared-memory loads a step and its scales through shuffles
+# (benchmarks/sass_counts.py). The mma.sync order (`_v2_position`'s SYNC) puts a thread's 4 K
+# positions of each 16 in one group, its 4 words: a 16-byte run. Off until measured
+# (GOSSAMER_V2_SYNC_ORDER=1; sass_counts.py prints both).
+V2_SYNC_ORDER = os.environ.get("GOSSAMER_V2_SYNC_ORDER", "0") == "1"
+
+
+def _v2_sync_order(block_m: int) -> bool:
+    """Whether v2 tiles of block_m rows take the mma.sync K order (V2_SYNC_ORDER): below 16 rows
+    the MMA is mma.sync, whose operand layout in Triton 3.6 gives a thread runs of 4 K positions
+    (wgmma's: 2)."""
+    return V2_SYNC_ORDER and block_m < 16
+
 
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
 
 
 @triton.jit
-def _v2_position(k, GB: tl.constexpr):
-    """Position of element k of a row in the v2 order of steps of GB scale groups."""
+def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False):
+    """Position of element k of a row in the v2 order of steps of GB scale groups (SYNC: the
+    mma.sync order, see `_v2_sync_order`)."""
     BK: tl.constexpr = GB * 32
     e = k % BK
     group = e // 32
     code = e % 8
     j = code % 4
-    inner = code // 4 + 2 * (group % 4) + 8 * ((e % 32) // 8) + 32 * (j % 2) + 64 * (j // 2)
+    h = code // 4
+    wi = (e % 32) // 8
+    if SYNC:
+        inner = h + 2 * (wi % 2) + 4 * (group % 4) + 16 * (wi // 2) + 32 * (j % 2) + 64 * (j // 2)
+    else:
+        inner = h + 2 * (group % 4) + 8 * wi + 32 * (j % 2) + 64 * (j // 2)
     return k - e + inner + 128 * (group // 4)
+
+
+@triton.jit
+def _v2_group_of(p, SYNC: tl.constexpr):
+    """The scale group (within its step's first 4, plus 4 per 128) of position p of a step."""
+    if SYNC:
+        return 4 * (p // 128) + (p // 4) % 4
+    else:
+        return 4 * (p // 128) + (p // 2) % 4
 
 
 def _v2_padded(size: int, groups_per_step: int) -> int:
@@ -2537,7 +2569,8 @@ def _v2_scales(
 
 
 @triton.jit
-def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr):
+def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr,
+                    SYNC: tl.constexpr = False):  # fmt: skip
     """words [R, GH, 4, 4] + scales [R, GH, 4] -> [R, GH * 128] weights * 2^-64 in the v2 K order
     (bf16 with LANES_BF16_PTX, else fp32 computed as the PTX would)."""
     biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)[:, :, :, None]
@@ -2553,22 +2586,27 @@ def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr):
         q2 = _emulated_bf16_pairs(_v2_pair_bits(words, 2, LAYOUT), scale)
         q3 = _emulated_bf16_pairs(_v2_pair_bits(words, 3, LAYOUT), scale)
     values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, GH, GL, wi, h, j % 2, j // 2]
-    values = tl.permute(values, (0, 1, 6, 5, 3, 2, 4))  # [R, GH, j // 2, j % 2, wi, GL, h]
+    if SYNC:  # [R, GH, j // 2, j % 2, wi // 2, GL, wi % 2, h]
+        values = tl.reshape(values, (words.shape[0], words.shape[1], 4, 2, 2, 2, 2, 2))
+        values = tl.permute(values, (0, 1, 7, 6, 3, 2, 4, 5))
+    else:
+        values = tl.permute(values, (0, 1, 6, 5, 3, 2, 4))  # [R, GH, j // 2, j % 2, wi, GL, h]
     return tl.reshape(values, (words.shape[0], words.shape[1] * 128))
 
 
 @triton.jit
 def _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G: tl.constexpr, GB: tl.constexpr,
              LANES: tl.constexpr, DOT_BF16: tl.constexpr, MASKED: tl.constexpr,
-             LAYOUT: tl.constexpr):  # fmt: skip
+             LAYOUT: tl.constexpr, SYNC: tl.constexpr):  # fmt: skip
     """acc [R, M] += the weight tile of groups g0 .. g0 + GB @ the matching activations."""
     p = tl.arange(0, GB * 32)
     if MASKED:  # the last partial step: positions of missing groups are never written
-        group = g0 + 4 * (p // 128) + (p // 2) % 4
+        group = g0 + _v2_group_of(p, SYNC)
         a = tl.load(x_ptrs + g0 * 32 + p[None, :], mask=(group < G)[None, :], other=0.0)
     else:
         a = tl.load(x_ptrs + g0 * 32 + p[None, :])
-    w = _v2_weight_tile(_v2_words(w_ptr, rows, g0, G, GB, MASKED), scales, LANES, LAYOUT)
+    words = _v2_words(w_ptr, rows, g0, G, GB, MASKED)
+    w = _v2_weight_tile(words, scales, LANES, LAYOUT, SYNC)
     return _accumulate(acc, a, w, DOT_BF16, True)
 
 
@@ -2586,6 +2624,7 @@ def _v2_matmul(
     LANES: tl.constexpr,
     DOT_BF16: tl.constexpr,
     LAYOUT: tl.constexpr,
+    SYNC: tl.constexpr,
 ):
     """-> fp32 [R, M]: the tile's weight rows times the activations (the accumulator's row order).
 
@@ -2601,14 +2640,15 @@ def _v2_matmul(
             next_scales = _v2_scales(s_ptr, rows, g0 + GB, scale_step, G, GB, True)
         else:
             scales = _v2_scales(s_ptr, rows, g0, scale_step, G, GB, False)
-        acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G, GB, LANES, DOT_BF16, False, LAYOUT)
+        acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G, GB, LANES, DOT_BF16, False, LAYOUT,
+                       SYNC)  # fmt: skip
     if G_FULL < G:
         if SCALE_PREFETCH:
             scales = next_scales
         else:
             scales = _v2_scales(s_ptr, rows, G_FULL, scale_step, G, GB, True)
         acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, G_FULL, G, GB, LANES, DOT_BF16, True,
-                       LAYOUT)  # fmt: skip
+                       LAYOUT, SYNC)  # fmt: skip
     return acc * _LANE_RESCALE
 
 
@@ -2653,6 +2693,7 @@ def _v2_gate_up_kernel(
     NUM_STAGES: tl.constexpr,
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
+    SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2672,7 +2713,7 @@ def _v2_gate_up_kernel(
     rows = expert * (2 * INTER) + 2 * pair_index + d  # gate rows at d = 0, up rows at d = 1
     x_ptrs = x_ptr + token[:, None].to(tl.int64) * X_WIDTH
     acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
-                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT)  # fmt: skip
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC)  # fmt: skip
 
     gate, up = tl.split(tl.permute(tl.reshape(acc, (REP, NW, 2, 8, BLOCK_M)), (0, 1, 3, 4, 2)))
     j = pid_n * BP + tl.arange(0, BP)
@@ -2684,7 +2725,7 @@ def _v2_gate_up_kernel(
     tl.store(
         act_ptr
         + sorted_row[None, :].to(tl.int64) * ACT_WIDTH
-        + _v2_position(j, DOWN_GROUPS)[:, None],
+        + _v2_position(j, DOWN_GROUPS, SYNC)[:, None],
         act.to(act_ptr.dtype.element_ty),
         mask=sorted_ok[None, :] & j_ok[:, None],
     )
@@ -2717,6 +2758,7 @@ def _v2_down_kernel(
     NUM_STAGES: tl.constexpr,
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
+    SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2735,7 +2777,7 @@ def _v2_down_kernel(
     act_row = tl.minimum(sorted_row, row_end - 1)
     x_ptrs = act_ptr + act_row[:, None].to(tl.int64) * X_WIDTH
     acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
-                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT)  # fmt: skip
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC)  # fmt: skip
 
     col = pid_n * R + tl.arange(0, R)
     col_ok = col < H
@@ -2776,7 +2818,9 @@ def moe_mxfp4_grouped_v2(
     x = x.contiguous()
     if num_tokens == 0:
         return torch.empty_like(x)
-    ids, route_w, x_v2, _ = _route(router_logits, top_k, x, "v2", gu["GROUPS_PER_STEP"])
+    sync = _v2_sync_order(block_m)
+    x_layout = "v2_sync" if sync else "v2"
+    ids, route_w, x_v2, _ = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
     from gossamer.kernels.moe_grouped_gemv import expert_schedule
 
@@ -2788,7 +2832,8 @@ def moe_mxfp4_grouped_v2(
     act = torch.empty(num_pairs, act_width, dtype=act_dtype, device=x.device)  # sorted order
     lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
-              "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts)}  # fmt: skip
+              "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
+              "SYNC": sync}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
     _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](

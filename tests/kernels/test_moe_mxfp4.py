@@ -378,6 +378,27 @@ def test_grouped_v2_tiles_of_8_rows(moe):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+@pytest.mark.parametrize(
+    "hidden,inter,tokens,changes",
+    [
+        (96, 64, 17, {}),  # only the peeled partial step
+        (160, 96, 5, {"SCALE_PREFETCH": 1}),  # a full step and a partial one
+        (288, 160, 9, {"GROUPS_PER_STEP": 8, "SCALE_PREFETCH": 1}),  # 2 x 4 groups a step
+    ],
+)
+def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes):
+    """V2_SYNC_ORDER: tiles of 8 rows (mma.sync on the GPU) in their own K order, the
+    activations routed and the gate_up outputs stored in it too."""
+    monkeypatch.setattr(moe, "V2_SYNC_ORDER", True)
+    assert moe._v2_sync_order(8) and not moe._v2_sync_order(16)
+    experts = _experts(8, hidden, inter, seed=50 + hidden)
+    x, logits = _inputs(tokens, hidden, 8, seed=51 + tokens)
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(**changes)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
 def test_grouped_v2_crowded_and_empty_experts(moe):
     """Every token on experts 5 and 2 (17 pairs each: two M-tiles of 16, the second with one row);
     six experts without tokens."""
@@ -404,6 +425,20 @@ def test_v2_route_layout(moe, groups):
     assert torch.equal(x_v2, expected)
     _, _, padded, _ = moe._route(logits, 2, x[:, :96], "v2", groups)
     assert padded.shape == (3, 32 * groups)
+
+
+@pytest.mark.parametrize("groups", [4, 8])
+def test_v2_sync_route_layout(moe, groups):
+    """route's "v2_sync" layout (v2 tiles of 8 rows with V2_SYNC_ORDER): element
+    32 (4 GH + GL) + 8 wi + 4h + j lands at h + 2 (wi % 2) + 4 GL + 16 (wi // 2) + 32 (j % 2) +
+    64 (j // 2) + 128 GH, so a thread's runs of 4 K positions are its 4 words of one group."""
+    hidden = 32 * groups * 2
+    x, logits = _inputs(3, hidden, 4, seed=69)
+    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync", groups)
+    # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
+    steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
+    expected = steps.permute(0, 1, 2, 7, 8, 4, 3, 5, 6).reshape(3, hidden)
+    assert torch.equal(x_v2, expected)
 
 
 def test_grouped_v2_through_the_entry_point(moe, monkeypatch):
@@ -656,6 +691,25 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
         configs = {
             "gate_up_config": moe_mxfp4.GROUPED_V2_GATE_UP | {"num_warps": warps},
             "down_config": moe_mxfp4.GROUPED_V2_DOWN | {"num_warps": warps},
+        }
+        _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [16, 64])
+def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
+    """V2_SYNC_ORDER (tiles of 8 rows in the mma.sync K order), with 2 and 3 pipeline stages."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", True)
+    x, logits = _inputs_120b(tokens, seed=410 + tokens)
+    args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    for stages in (2, 3):  # on V2_WARPS[8] warps, as the defaults take tiles of 8 rows
+        changes = {"NUM_STAGES": stages, "num_warps": moe_mxfp4.V2_WARPS[8]}
+        configs = {
+            "gate_up_config": moe_mxfp4.GROUPED_V2_GATE_UP | changes,
+            "down_config": moe_mxfp4.GROUPED_V2_DOWN | changes,
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
 
