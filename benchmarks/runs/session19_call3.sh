@@ -2,8 +2,9 @@
 # Prepared in session 18 (no machine was lent). #8's C=64 bar, ~9.5 min. At 64 tokens of 120b the
 # grouped v2 kernels take tiles of 8 rows (mma.sync), and offline (benchmarks/sass_counts.py,
 # triton 3.6) their loop is 249 / 250 instructions (gate_up / down); session 18's mma.sync K order
-# (moe_mxfp4.V2_SYNC_ORDER, off) makes each thread's weight words one 16-byte shared-memory load
-# and drops the scale shuffles: 231 / 238, and 219 / 222 with 2 pipeline stages instead of 3. The
+# (moe_mxfp4.V2_SYNC_ORDER, off) makes each thread's weight words one 16-byte shared-memory load,
+# drops the scale shuffles and the activations' register moves: 224 / 227, and 203 / 204 with 2
+# pipeline stages instead of 3. The
 # tile sweep has never run at BLOCK_M 8 (the fourth session's ran when 64 tokens took BLOCK_M 16).
 # (1) GPU tests of v2 (the sync order at 2 and 3 stages included); (2) one 120b MoE layer at 64
 # and 128 tokens: sync order off / on x 2 / 3 stages, interleaved; (3) the whole tile sweep at 64

@@ -430,14 +430,14 @@ def test_v2_route_layout(moe, groups):
 @pytest.mark.parametrize("groups", [4, 8])
 def test_v2_sync_route_layout(moe, groups):
     """route's "v2_sync" layout (v2 tiles of 8 rows with V2_SYNC_ORDER): element
-    32 (4 GH + GL) + 8 wi + 4h + j lands at h + 2 (wi % 2) + 4 GL + 16 (wi // 2) + 32 (j % 2) +
-    64 (j // 2) + 128 GH, so a thread's runs of 4 K positions are its 4 words of one group."""
+    32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi // 2) + 4 GL + 16 (wi % 2) + 32 (j % 2)
+    + 64 (j // 2) + 128 GH (the kernels swap bits 1 and 4 back for the K order of the weights)."""
     hidden = 32 * groups * 2
     x, logits = _inputs(3, hidden, 4, seed=69)
     _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync", groups)
     # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
     steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
-    expected = steps.permute(0, 1, 2, 7, 8, 4, 3, 5, 6).reshape(3, hidden)
+    expected = steps.permute(0, 1, 2, 7, 8, 5, 3, 4, 6).reshape(3, hidden)
     assert torch.equal(x_v2, expected)
 
 
