@@ -75,6 +75,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   routing_kernel  the decode MoE with its routing launch between the router and gate_up (the
                default before 2026-12-04's fifteenth session; moe_mxfp4.ROUTE_IN_EXPERTS off).
                The knock-outs always run with it (they patch the ops that path calls)
+  gate_up_scales_t  the batch-1 gate_up GEMV loading its scales through transposed pointers
+               (DECODE_FP16_GATE_UP's SCALES_T: no accumulator trip through shared memory a step)
   gu_* / dn_*  the batch-1 gate_up / down GEMV on another launch config (GATE_UP_VARIANTS,
                DOWN_VARIANTS: pairs or rows a program, warps, groups a step, pipeline stages)
   norm_w<N>    the RMSNorm kernel on N warps (norm.NUM_WARPS; by default 8 for hidden 2880)
@@ -137,6 +139,9 @@ VARIANTS = {
     # gate_up's EARLY: its expert from the router logits and its first words before the PDL wait
     "gate_up_early": {"gate_up": {"EARLY": 1}},
     "gate_up_late": {"gate_up": {"EARLY": 0}},
+    # the scales through transposed pointers: no per-step trip of the accumulators through
+    # shared memory (DECODE_FP16_GATE_UP's SCALES_T, session 18, off until measured)
+    "gate_up_scales_t": {"gate_up": {"SCALES_T": 1}},
     "ko_norms": {"knockout": "norms"},
     "ko_qkv": {"knockout": "qkv"},
     "ko_attention": {"knockout": "attention"},

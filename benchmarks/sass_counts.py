@@ -30,6 +30,7 @@ H = INTER = 2880  # gpt-oss-120b
 GATE_UP_ARGS = dict(x_ptr="*i32", x_unscale_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32",
                     scales_ptr="*u8", bias_ptr="*bf16", act_ptr="*fp16", part_ptr="*fp32",
                     limit="fp32", alpha="fp32", scale_step="i32")  # fmt: skip
+ROUTE_ARGS = dict(logits_ptr="*bf16", logits_stride="i32")  # the GEMV's own routing (ROUTE)
 DOWN_ARGS = dict(act_ptr="*i32", ids_ptr="*i32", route_w_ptr="*fp32", words_ptr="*i32",
                  scales_ptr="*u8", bias_ptr="*bf16", out_ptr="*bf16", scale_step="i32")  # fmt: skip
 OLD_GATE_UP_ARGS = dict(x_planes_ptr="*fp32", ids_ptr="*i32", words_ptr="*i32", scales_ptr="*u8",
@@ -150,6 +151,16 @@ def main() -> None:
     threads = 32 * gu["num_warps"]
     report("fp16 gate_up (default config)", kernel,
            gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / threads)  # fmt: skip
+    # as the GPU runs it: the repacked bit layout, 20b's routing in the GEMV; SCALES_T off / on
+    for scales_t in (0, 1):
+        kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS | ROUTE_ARGS,
+                              dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, SPLIT_K=gu["SPLIT_K"],
+                                   BLOCK_PAIRS=gu["BLOCK_PAIRS"],
+                                   GROUPS_PER_STEP=gu["GROUPS_PER_STEP"],
+                                   LAYOUT=moe.LAYOUT_FP16_LANES, ROUTE=1, E=32, E_P2=32, K_P2=4,
+                                   PDL=True, SCALES_T=scales_t), gu["num_warps"])  # fmt: skip
+        report(f"fp16 gate_up (fp16 lanes, routing, SCALES_T {scales_t})", kernel,
+               gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / threads)  # fmt: skip
     kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
                           dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10,
                                BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],

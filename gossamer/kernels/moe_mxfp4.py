@@ -102,6 +102,12 @@ DECODE_FP16 = True
 # gate_up's EARLY (its expert from the router logits, its first words before the PDL wait) is off:
 # in the graph (H200, 2026-12-04, fusion_ab.py gate_up_early) 20b 1.506 -> 1.511 ms, 120b 2.120
 # -> 2.128.
+# SCALES_T 1 loads the scales through transposed pointers. In this tile (triton 3.6, sm_90) the
+# scales' load layout is not the group sums', and the accumulators followed the scales: each step
+# moved both accumulators through shared memory (4 stores, 4 loads, 4 barriers a step, for all 4
+# warps). Transposed, the scale load takes the group sums' layout: none of it, 326 -> 314
+# instructions a loop (benchmarks/sass_counts.py prints both). Off until measured in the graph
+# (fusion_ab.py gate_up_scales_t).
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
 # Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
 # (sessions 7 and 8, moe_decode_sweep.py --ahead, T=1 layer on 120b shapes). Session 8, us per
@@ -1273,8 +1279,8 @@ def _fp16_gate_up_kernel(
     part_ptr,  # [SPLIT_K, P, 2, INTER] fp32 partial sums (SPLIT_K > 1)
     limit,
     alpha,
-    # 1, passed at run time and not specialized: scale loads that look non-contiguous get the
-    # layout of the group sums they multiply, which saves a shared-memory round trip per step
+    # 1, passed at run time and not specialized: scale loads that look non-contiguous get their
+    # layout from the order their dims are written in (see SCALES_T)
     scale_step,
     H: tl.constexpr,
     INTER: tl.constexpr,
@@ -1298,6 +1304,7 @@ def _fp16_gate_up_kernel(
     # 1: words and scales from the copy packed by program (pack_gate_up: each program's steps one
     # run), of RB row blocks and STEPS steps an expert
     PACKED: tl.constexpr = 0,
+    SCALES_T: tl.constexpr = 0,  # scales through transposed pointers (DECODE_FP16_GATE_UP)
     RB: tl.constexpr = 1,
     STEPS: tl.constexpr = 1,
 ):
@@ -1373,7 +1380,7 @@ def _fp16_gate_up_kernel(
             next_up = tl.load(gate_w_ptrs + UP_WORDS + d, mask=w_mask)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT,
+                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT, SCALES_T,
             )  # fmt: skip
     else:
         # Triton's pipeliner keeps NUM_STAGES - 1 steps of weights in flight (async copies through
@@ -1385,7 +1392,7 @@ def _fp16_gate_up_kernel(
             up_words = tl.reshape(tl.load(gate_w_ptrs + UP_WORDS + d, mask=w_mask), tile)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT,
+                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT, SCALES_T,
             )  # fmt: skip
 
     x_unscale = tl.load(x_unscale_ptr + token)
@@ -1439,14 +1446,20 @@ def _gate_up_packed_ptrs(words_ptr, scales_ptr, expert, pid_n, kw, step, scale_s
 def _gate_up_step(
     acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi, j_ok, kw, step,
     scale_step, UP_SCALES: tl.constexpr, STEP_MUL: tl.constexpr, PLANE: tl.constexpr,
-    LAYOUT: tl.constexpr,
+    LAYOUT: tl.constexpr, SCALES_T: tl.constexpr,
 ):  # fmt: skip
     """One step of GROUPS_PER_STEP scale groups: scales, x, and the packed-fp16 dot products.
-    UP_SCALES: from a gate row's scales to its up row's; STEP_MUL: see _fp16_gate_up_kernel."""
+    UP_SCALES: from a gate row's scales to its up row's; STEP_MUL: see _fp16_gate_up_kernel.
+    SCALES_T: the scales loaded through transposed pointers, see DECODE_FP16_GATE_UP."""
     s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
     s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step * STEP_MUL
-    gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
-    up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES, mask=s_mask))
+    if SCALES_T:
+        s_ptrs_t, s_mask_t = tl.trans(s_ptrs), tl.trans(s_mask)
+        gate_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t, mask=s_mask_t)))
+        up_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t + UP_SCALES, mask=s_mask_t)))
+    else:
+        gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
+        up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES, mask=s_mask))
     xp = x_ptrs + (g0 - g_lo) * 4
     x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale

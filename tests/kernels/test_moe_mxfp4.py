@@ -217,6 +217,26 @@ def test_fp16_down_loads_a_step_ahead(moe, tokens, split, repacked):
 
 
 @pytest.mark.parametrize(
+    "tokens,split,stages,repacked",
+    [(1, (1, 1), 0, True), (3, (2, 1), 0, False), (3, (1, 1), 3, True)],
+)
+def test_fp16_gate_up_scales_through_transposed_pointers(moe, tokens, split, stages, repacked):
+    """gate_up's SCALES_T (the scales' load laid out like the group sums) loads the same scales
+    and sums the same products in the same order: bit-equal outputs, with partial steps, split-K
+    chunks and both loop forms."""
+    experts = _experts(8, 160, 96, seed=57)
+    experts = _fp16_lanes(experts) if repacked else experts
+    x, logits = _inputs(tokens, 160, 8, seed=58 + tokens)
+    config = _with_split(TINY_FP16, *split)
+    config["gate_up_config"]["NUM_STAGES"] = stages
+    out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    config["gate_up_config"]["SCALES_T"] = 1
+    transposed = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    assert torch.equal(transposed, out)
+    assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+
+
+@pytest.mark.parametrize(
     "gate_up,down,match",
     [
         ({"AHEAD": 2}, {}, "gate_up has no AHEAD"),
@@ -887,6 +907,22 @@ def test_gpu_120b_fp16_gate_up_routes_early(experts_120b, tokens):
     ]
     assert torch.equal(outs[0], outs[1])
     _assert_close_120b(outs[1], _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_gpu_120b_fp16_gate_up_scales_t(experts_120b, tokens):
+    """gate_up's SCALES_T on 120b shapes: as close to the reference as without it (the group sums
+    live in other threads, so the final sums may round differently)."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(tokens, seed=407 + tokens)
+    experts = _fp16_lanes(experts_120b)
+    args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    for scales_t in (0, 1):
+        config = moe_mxfp4.DECODE_FP16_GATE_UP | {"SCALES_T": scales_t}
+        _assert_close_120b(moe_mxfp4.moe_mxfp4_decode_fp16(*args, gate_up_config=config), ref)
 
 
 @pytest.mark.parametrize("tokens,split,stages", [(1, 1, 0), (3, 1, 0), (3, 2, 0), (2, 1, 3)])
