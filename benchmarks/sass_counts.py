@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import inspect
 import os
 import re
 import subprocess
@@ -46,6 +47,9 @@ GROUPED_SHAPES = dict(H=H, INTER=INTER, E=128, E_P2=128, DOT_BF16=True, LANES=mo
 
 
 def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int):
+    # NOTE: constexprs left out would compile as None, not as their defaults (triton 3.6): an
+    # `if NUM_STAGES == 0` then takes the other branch. Their defaults are filled in here.
+    constexprs = _constexpr_defaults(fn) | constexprs
     names = list(fn.arg_names)
     aligned = {(names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
                if v.startswith("*")}  # fmt: skip
@@ -53,6 +57,12 @@ def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int):
     source = ASTSource(fn=fn, signature=full, constexprs=constexprs, attrs=aligned)
     target = GPUTarget("cuda", 90, 32)
     return triton.compile(source, target=target, options={"num_warps": num_warps})
+
+
+def _constexpr_defaults(fn) -> dict:
+    parameters = inspect.signature(fn.fn).parameters.items()
+    return {name: p.default for name, p in parameters
+            if p.default is not p.empty and "constexpr" in str(p.annotation)}  # fmt: skip
 
 
 def loop_histogram(compiled) -> collections.Counter:

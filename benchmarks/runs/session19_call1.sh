@@ -13,7 +13,7 @@
 #     the synchronous one, tree graphs, the runner's in-place feed; gate_up's SCALES_T (120b);
 # (2) 20b: defaults against greedy_in_graph, gate_up_scales_t (session 18: the batch-1 gate_up
 #     GEMV moved both accumulators through shared memory every step, 4 barriers a step; its
-#     scales loaded through transposed pointers take the group sums' layout, offline 326 -> 314
+#     scales loaded through transposed pointers take the group sums' layout, offline 337 -> 328
 #     instructions a loop and no barriers), graph_131k (the graph captured for a 131k
 #     context as `gossamer serve` captures it: 64 attention key splits at batch 1, not the
 #     benchmark's 16) and context_graphs (graph_131k plus session 18's context-bucket graphs,

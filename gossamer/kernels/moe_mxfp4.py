@@ -105,7 +105,7 @@ DECODE_FP16 = True
 # SCALES_T 1 loads the scales through transposed pointers. In this tile (triton 3.6, sm_90) the
 # scales' load layout is not the group sums', and the accumulators followed the scales: each step
 # moved both accumulators through shared memory (4 stores, 4 loads, 4 barriers a step, for all 4
-# warps). Transposed, the scale load takes the group sums' layout: none of it, 326 -> 314
+# warps). Transposed, the scale load takes the group sums' layout: none of it, 337 -> 328
 # instructions a loop (benchmarks/sass_counts.py prints both). Off until measured in the graph
 # (fusion_ab.py gate_up_scales_t).
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
