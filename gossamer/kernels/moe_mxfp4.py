@@ -2598,7 +2598,7 @@ def _v2_scales(
 def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr,
                     SYNC: tl.constexpr = False):  # fmt: skip
     """words [R, GH, 4, 4] + scales [R, GH, 4] -> [R, GH * 128] weights * 2^-64 in the v2 K order
-    (bf16 with LANES_BF16_PTX, else fp32 computed as the PTX would)."""
+    (SYNC: the mma.sync one; bf16 with LANES_BF16_PTX, else fp32 computed as the PTX would)."""
     biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)[:, :, :, None]
     if LANES == 1:  # LANES_BF16_PTX
         q0 = _scaled_bf16_pairs(_v2_pair_bits(words, 0, LAYOUT), (biased << 7) | (biased << 23))
