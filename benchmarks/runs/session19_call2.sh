@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Prepared in session 17 for after session19_call1.sh (then named session18_call2.sh; session 18
-# was lent no machine and added the context graphs). #8, ~9 min. If call 1 turned GREEDY_IN_GRAPH
-# and CONTEXT_GRAPHS on (or to check them before doing so: both =1 below, set either to 0 if it
-# lost), the whole GPU suite with them on (it holds session 18's tests/runner/
-# test_context_graphs_gpu.py) (session 16's 209 passed with it absent; session 17 changed gemv,
-# routing and runner code and ran only test_gemv.py and test_route_in_experts.py on the GPU), then
-# decode_speed.py at batch 1 for the record (BENCHMARKS.md, README's numbers), 1k and 8k context.
+# was lent no machine and added the context graphs). #8, ~9 min. The whole GPU suite with the
+# greedy pick and the context graphs on (both =1 below; set either to 0 first if call 1 measured
+# it slower). The suite last ran whole in session 16 (209 passed); sessions 17 and 18 changed
+# gemv, routing, MoE and runner code, and session 18 added tests/runner/test_context_graphs_gpu.py
+# and the v2 sync order's and gate_up SCALES_T's GPU tests. Then decode_speed.py at batch 1, 1k
+# and 8k context, for the record (BENCHMARKS.md, README's numbers).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD GOSSAMER_GREEDY_IN_GRAPH=${GOSSAMER_GREEDY_IN_GRAPH:-1} \
     GOSSAMER_CONTEXT_GRAPHS=${GOSSAMER_CONTEXT_GRAPHS:-1}
