@@ -3,7 +3,7 @@ lower index), so that one max finds the largest value and, among equal ones, the
 
 Used where a reduction across threads (or programs) picks a winner: the routing's top-k
 (moe_mxfp4.TOP_K_KEYS: one max a slot instead of two reductions) and the greedy pick that the
-unembedding GEMV makes across its programs with one atomic max each (gemv.GREEDY_IN_GRAPH).
+unembedding GEMV makes across its programs with one atomic max each (model_runner.GREEDY_IN_GRAPH).
 """
 
 from __future__ import annotations
