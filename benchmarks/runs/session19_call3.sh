@@ -6,17 +6,17 @@
 # drops the scale shuffles and the activations' register moves: 224 / 227, and 203 / 204 with 2
 # pipeline stages instead of 3. The
 # tile sweep has never run at BLOCK_M 8 (the fourth session's ran when 64 tokens took BLOCK_M 16).
-# (1) GPU tests of v2 (the sync order at 2 and 3 stages included); (2) one 120b MoE layer at 64
-# and 128 tokens: sync order off / on x 2 / 3 stages, interleaved; (3) the whole tile sweep at 64
-# tokens with the sync order on, its best confirmed at 128 and 256 (BLOCK_M 16 there). If the sync
-# order wins, turn it on; if a config wins at 64 and 128, give BLOCK_M 8 its own v2 configs
-# (GROUPED_V2_GATE_UP / _DOWN serve every BLOCK_M now). Then (a later call) throughput.py at C=64
-# (2,347.5 tok/s in session 13; not re-run since).
+# Trimmed in session 19 to fit the session's device time after calls 1 and 2 (the BLOCK_M 8 tile
+# sweep, `GOSSAMER_V2_SYNC_ORDER=1 moe_grouped_sweep.py --tokens 64 --confirm 128,256`, ~340 s,
+# waits): (1) GPU tests of v2 (the sync order at 2 and 3 stages included); (2) one 120b MoE layer
+# at 64 tokens: sync order off / on x 2 / 3 stages, interleaved; (3) throughput.py at C=64 with
+# the sync order on, then with the defaults (2,347.5 tok/s in session 13; not re-run since).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s19c3; mkdir -p $R
 step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s19c3; return $rc; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $R/gpu.txt
 TAILN=6 step v2_tests 90 python3 -m pytest tests/kernels/test_moe_mxfp4.py -m gpu -k "v2" -p no:cacheprovider -q --tb=short -rf
-TAILN=20 step sync_ab 130 python3 benchmarks/moe_grouped_sweep.py --sync-ab --tokens 64 --confirm 128 --json $R/sync_ab.json
-TAILN=12 step v2_sweep_bm8 340 env GOSSAMER_V2_SYNC_ORDER=1 python3 benchmarks/moe_grouped_sweep.py --tokens 64 --confirm 128,256 --json $R/v2_sweep_bm8.json
+TAILN=12 step sync_ab 110 python3 benchmarks/moe_grouped_sweep.py --sync-ab --tokens 64 --confirm "" --json $R/sync_ab.json
+TAILN=4 step tp120_c64_sync 160 env GOSSAMER_V2_SYNC_ORDER=1 python3 benchmarks/throughput.py --input-len 1024 --models gpt-oss-120b --concurrency 64 --output-len 1024 --json $R/tp120_c64_sync.json
+TAILN=4 step tp120_c64 160 python3 benchmarks/throughput.py --input-len 1024 --models gpt-oss-120b --concurrency 64 --output-len 1024 --json $R/tp120_c64.json
