@@ -68,6 +68,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   greedy_in_graph / greedy_argmax  the greedy pick made inside the graph and read in place by
                the next step's embedding (model_runner.GREEDY_IN_GRAPH), or an argmax after the
                graph copied into the next step's input (the default)
+  advance_in_graph  greedy_in_graph, and the graph moves its own inputs on so that the next step
+               uploads nothing (model_runner.ADVANCE_IN_GRAPH)
   unembed_triton / unembed_<rows>x<cols>w<warps>s<stages>  the batch-1 unembedding on the Triton
                GEMV (gemv.TRITON_UNEMBED, the default since the seventeenth session; huge_m1's
                tile, or the one named); unembed_cublas the cuBLAS one + cast kernel before it
@@ -255,6 +257,9 @@ VARIANTS["graph_131k"] = {"graph_max_len": 131072}
 # at the benchmark's context replays the bucket graph that launches its own split count
 VARIANTS["context_graphs"] = {"graph_max_len": 131072, "context_graphs": True}
 VARIANTS["greedy_argmax"] = {"greedy_in_graph": False}
+# ... and the inputs advanced in the graph (model_runner.ADVANCE_IN_GRAPH, nineteenth session, off
+# until measured): the fed step then uploads nothing
+VARIANTS["advance_in_graph"] = {"greedy_in_graph": True, "advance_in_graph": True}
 GATE_UP_VARIANTS = {
     "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
     "gu_p8w4": {"BLOCK_PAIRS": 8, "num_warps": 4},
@@ -372,6 +377,7 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.ROUTE_IN_TOP_K_KEYS = variant.get("route_in_keys", defaults["route_in_keys"])
     model_runner.GREEDY_IN_GRAPH = variant.get("greedy_in_graph", defaults["greedy_in_graph"])
     model_runner.CONTEXT_GRAPHS = variant.get("context_graphs", defaults["context_graphs"])
+    model_runner.ADVANCE_IN_GRAPH = variant.get("advance_in_graph", defaults["advance_in_graph"])
     moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS = variant.get(
         "route_in_max_experts", defaults["route_in_max_experts"]
     )
@@ -455,6 +461,7 @@ def current_defaults() -> dict:
             "topk_keys": moe_mxfp4.TOP_K_KEYS, "route_in_keys": moe_mxfp4.ROUTE_IN_TOP_K_KEYS,
             "greedy_in_graph": model_runner.GREEDY_IN_GRAPH,
             "context_graphs": model_runner.CONTEXT_GRAPHS,
+            "advance_in_graph": model_runner.ADVANCE_IN_GRAPH,
             "route_in_max_experts": moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS,
             "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
 

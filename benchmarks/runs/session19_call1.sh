@@ -18,7 +18,9 @@
 #     context as `gossamer serve` captures it: 64 attention key splits at batch 1, not the
 #     benchmark's 16) and context_graphs (graph_131k plus session 18's context-bucket graphs,
 #     model_runner.CONTEXT_GRAPHS: the 1k step replays a graph of 16 splits);
-# (3) 120b: the same four; (4) the 20b timeline with the pick on (steps cut at the new embedding).
+# (3) 120b: the same four. Session 19 added advance_in_graph (the pick, and the graph moving its
+# own inputs on so that the fed step uploads nothing: model_runner.ADVANCE_IN_GRAPH) to both A/Bs
+# and its tests to (1), and moved the 20b timeline out (device time).
 # If greedy_in_graph wins on both: turn GREEDY_IN_GRAPH on (then greedy_argmax is the old path).
 # If gate_up_scales_t wins on both: SCALES_T 1 in DECODE_FP16_GATE_UP.
 # If graph_131k is slower than the defaults and context_graphs wins that back: turn CONTEXT_GRAPHS
@@ -28,7 +30,6 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s19c1; mkdir -p $R
 step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s19c1; return $rc; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $R/gpu.txt
-TAILN=12 step gpu_tests 180 env GOSSAMER_GREEDY_IN_GRAPH=1 bash -c 'python3 -m pytest tests/kernels/test_gemv.py -k "greedy or logits or unembedding" -p no:cacheprovider -q --tb=short -rf; a=$?; python3 -m pytest tests/kernels/test_moe_mxfp4.py -m gpu -k scales_t -p no:cacheprovider -q --tb=short -rf; a=$((a || $?)); python3 -m pytest tests/kernels/test_embed.py tests/kernels/test_triton_model.py tests/engine/test_async_scheduling_gpu.py tests/spec/test_tree_graphs_gpu.py tests/runner/test_device_input_ids.py -p no:cacheprovider -q --tb=short -rf; exit $((a || $?))'
-TAILN=10 step ab_20b 150 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,greedy_in_graph,gate_up_scales_t,graph_131k,context_graphs --interleave --fed --rounds 5 --steps 32 --json $R/ab_20b.json
-TAILN=10 step ab_120b 170 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,greedy_in_graph,gate_up_scales_t,graph_131k,context_graphs --interleave --fed --rounds 5 --steps 32 --json $R/ab_120b.json
-TAILN=30 step timeline_20b 80 env GOSSAMER_GREEDY_IN_GRAPH=1 python3 benchmarks/graph_timeline.py --model gpt-oss-20b --json $R/timeline_20b.json
+TAILN=12 step gpu_tests 180 env GOSSAMER_GREEDY_IN_GRAPH=1 GOSSAMER_ADVANCE_IN_GRAPH=1 bash -c 'python3 -m pytest tests/kernels/test_gemv.py -k "greedy or logits or unembedding or advance" -p no:cacheprovider -q --tb=short -rf; a=$?; python3 -m pytest tests/kernels/test_moe_mxfp4.py -m gpu -k scales_t -p no:cacheprovider -q --tb=short -rf; a=$((a || $?)); python3 -m pytest tests/kernels/test_embed.py tests/kernels/test_triton_model.py tests/engine/test_async_scheduling_gpu.py tests/spec/test_tree_graphs_gpu.py tests/runner/test_device_input_ids.py tests/runner/test_advance_in_graph_gpu.py -p no:cacheprovider -q --tb=short -rf; exit $((a || $?))'
+TAILN=10 step ab_20b 175 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,greedy_in_graph,advance_in_graph,gate_up_scales_t,graph_131k,context_graphs --interleave --fed --rounds 5 --steps 32 --json $R/ab_20b.json
+TAILN=10 step ab_120b 195 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants defaults,greedy_in_graph,advance_in_graph,gate_up_scales_t,graph_131k,context_graphs --interleave --fed --rounds 5 --steps 32 --json $R/ab_120b.json

@@ -27,6 +27,8 @@ linear(...).float() without the cast kernel. Asked for each row's argmax too (`g
 runner's greedy pick inside the decode graph), an unsplit dot-kernel launch makes it in its
 epilogue (GREEDY: each program's best (value, row) packed into one int64 key, one atomic max a
 program, and the last program to arrive writes the row); any other path runs torch.argmax after.
+With `advance` (ops.base.DecodeAdvance) that last program also moves the step's inputs on by a
+token (ADVANCE), so the runner need not upload the next step's; elsewhere torch ops do it after.
 
 Tile-packed weights (`USE_PACKED`, on by default; GOSSAMER_PACKED_GEMV=0 turns them off):
 `register_packed` keeps a copy of W in which each BLOCK_N x BLOCK_K tile is one contiguous run and a
@@ -58,6 +60,7 @@ import triton.language as tl
 
 from gossamer.kernels import pdl
 from gossamer.kernels.keys import NO_KEY, key_index, value_key
+from gossamer.ops.base import DecodeAdvance
 
 # Largest M served by the Triton kernels; above it, cuBLAS. Measured on the H200 (2026-12-02,
 # benchmarks/gemv_sweep.py): with the configs below they beat cuBLAS on QKV, O and the router at
@@ -236,20 +239,27 @@ def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torc
 
 
 def logits(
-    hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    greedy_out: torch.Tensor | None = None,
+    advance: DecodeAdvance | None = None,
 ) -> torch.Tensor:
     """linear(hidden, weight, None).float() (the unembedding), in one launch where the Triton GEMV
     serves it: its float32 store holds the values rounded to hidden's dtype, so no cast kernel.
     `greedy_out` ([T] int64): also each row's argmax, as torch.argmax picks it (the first index
     of the largest value), which the GEMV's programs find with one atomic max each where they can
-    (`_greedy_pick`; the runner's in-graph greedy pick) and an argmax kernel finds elsewhere."""
+    (`_greedy_pick`; the runner's in-graph greedy pick) and an argmax kernel finds elsewhere.
+    `advance` (with greedy_out): the step's inputs moved on by a token, by the program that
+    writes the picks where the GEMV picks, else by torch ops (DecodeAdvance.apply)."""
     picked = False
     if serves(hidden, weight):
-        out, picked = _gemv(hidden, weight, None, None, torch.float32, greedy_out)
+        out, picked = _gemv(hidden, weight, None, None, torch.float32, greedy_out, advance)
     else:
         out = linear(hidden, weight, None).float()
     if greedy_out is not None and not picked:
         greedy_out.copy_(out.argmax(dim=-1))
+    if advance is not None and not picked:
+        advance.apply()
     return out
 
 
@@ -261,12 +271,12 @@ def gemv(
     out_dtype: torch.dtype | None = None,  # float32: x.dtype's values, widened (`logits`)
 ) -> torch.Tensor:
     """The Triton path of `linear`, output in x.dtype (or out_dtype)."""
-    return _gemv(x, weight, bias, config, out_dtype, None)[0]
+    return _gemv(x, weight, bias, config, out_dtype, None, None)[0]
 
 
-def _gemv(x, weight, bias, config, out_dtype, greedy_out) -> tuple[torch.Tensor, bool]:
+def _gemv(x, weight, bias, config, out_dtype, greedy_out, advance) -> tuple[torch.Tensor, bool]:
     """`gemv`; with `greedy_out` ([M] int64) its programs also pick each row's argmax where the
-    plan allows (`_greedy_scratch`). -> (output, whether they did)."""
+    plan allows (`_greedy_scratch`), and then make `advance` too. -> (output, whether they did)."""
     x2d, weight = _checked(x, weight)
     out_dtype = out_dtype or x.dtype
     if out_dtype not in (x.dtype, torch.float32):
@@ -276,7 +286,7 @@ def _gemv(x, weight, bias, config, out_dtype, greedy_out) -> tuple[torch.Tensor,
     if x2d.shape[0] > 0:
         plan = _plan(x2d, weight, config)
         greedy = _greedy_scratch(greedy_out, plan, x.device)
-        _launch(x2d, weight, bias, out, plan, greedy=greedy)
+        _launch(x2d, weight, bias, out, plan, greedy=greedy, advance=advance)
     return out.view(*x.shape[:-1], weight.shape[0]), greedy is not None
 
 
@@ -413,7 +423,14 @@ def _plan(x2d: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None) ->
 
 
 def _launch(
-    x, weight, bias, out, plan: GemvPlan, prologue: NormPrologue | None = None, greedy=None
+    x,
+    weight,
+    bias,
+    out,
+    plan: GemvPlan,
+    prologue: NormPrologue | None = None,
+    greedy=None,
+    advance: DecodeAdvance | None = None,
 ) -> None:
     config, (num_tokens, in_features), out_features = plan.config, x.shape, weight.shape[0]
     split = _split_mode(plan, x.device)
@@ -452,6 +469,8 @@ def _launch(
         if greedy is not None:
             greedy_args = dict(zip(("greedy_ptr", "keys_ptr", "arrivals_ptr"), greedy, strict=True))
             greedy_args["GREEDY"] = True
+            if advance is not None:
+                greedy_args.update(_advance_args(advance))
         _gemv_dot_kernel[grid](*args, IEEE_FP32=ieee, BLOCK_M=plan.block_m,
                                num_stages=config.num_stages, PREFETCH=config.prefetch,
                                EARLY=config.early, PACKED=packed is not None,
@@ -463,6 +482,16 @@ def _launch(
             NUM_SPLITS=plan.split_k, BLOCK=block, num_warps=4, X_TY=_TL_DTYPES[x.dtype],
             ROUND_OUT=round_out, **pdl.launch_options(x.device),
         )  # fmt: skip
+
+
+def _advance_args(advance: DecodeAdvance) -> dict:
+    """The dot kernel's ADVANCE arguments (`_advance_inputs`)."""
+    tables, slots = advance.block_tables, advance.slot_mapping
+    return dict(adv_positions_ptr=advance.positions, adv_seq_lens_ptr=advance.seq_lens,
+                adv_slots_ptr=slots, adv_slot_stride=slots.stride(0), adv_tables_ptr=tables,
+                adv_group_stride=tables.stride(0), adv_seq_stride=tables.stride(1),
+                adv_column_stride=tables.stride(2), adv_table_columns=tables.shape[2],
+                adv_block_size=advance.block_size, ADVANCE_GROUPS=tables.shape[0])  # fmt: skip
 
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
@@ -575,6 +604,17 @@ def _gemv_dot_kernel(
     keys_ptr=None,  # [MAX_ROWS] int64 scratch (GREEDY; `_greedy_scratch`)
     arrivals_ptr=None,  # [1] int32 scratch (GREEDY)
     GREEDY: tl.constexpr = False,  # pick each row's argmax across programs (SPLIT == 0 only)
+    adv_positions_ptr=None,  # (ADVANCE_GROUPS > 0) ops.base.DecodeAdvance's tensors, M rows
+    adv_seq_lens_ptr=None,
+    adv_slots_ptr=None,
+    adv_slot_stride=0,
+    adv_tables_ptr=None,
+    adv_group_stride=0,  # the block tables' strides
+    adv_seq_stride=0,
+    adv_column_stride=0,
+    adv_table_columns=0,
+    adv_block_size=1,
+    ADVANCE_GROUPS: tl.constexpr = 0,  # with GREEDY: the program that writes the picks advances
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -623,7 +663,10 @@ def _gemv_dot_kernel(
         acc = _dot_acc(w, x, acc, IEEE_FP32)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
             pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty, ROUND_OUT,
-            greedy_ptr, keys_ptr, arrivals_ptr, GREEDY)  # fmt: skip
+            greedy_ptr, keys_ptr, arrivals_ptr, GREEDY,
+            (adv_positions_ptr, adv_seq_lens_ptr, adv_slots_ptr, adv_slot_stride, adv_tables_ptr,
+             adv_group_stride, adv_seq_stride, adv_column_stride, adv_table_columns,
+             adv_block_size), ADVANCE_GROUPS)  # fmt: skip
 
 
 @triton.jit
@@ -843,13 +886,16 @@ def _finish(
     keys_ptr=None,
     arrivals_ptr=None,
     GREEDY: tl.constexpr = False,  # (SPLIT == 0 only)
+    advance_args=None,  # (ADVANCE_GROUPS > 0) `_advance_inputs`'s arguments
+    ADVANCE_GROUPS: tl.constexpr = 0,
 ):
     mask = (row_ids[:, None] < N) & (token_ids[None, :] < M)
     if SPLIT == 0:
         out = _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_out,
                             HAS_BIAS, X_TY, ROUND_OUT)  # fmt: skip
         if GREEDY:
-            _greedy_pick(out, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arrivals_ptr)
+            _greedy_pick(out, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arrivals_ptr,
+                         advance_args, ADVANCE_GROUPS)  # fmt: skip
     else:
         partials = partial_ptr + token_ids[None, :] * N + row_ids[:, None]  # split 0's [N, M] view
         tl.store(partials + pid_k * M * N, acc, mask=mask)
@@ -882,11 +928,13 @@ def _store_output(acc, row_ids, token_ids, N, mask, bias_ptr, out_ptr, stride_ou
 
 
 @triton.jit
-def _greedy_pick(values, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arrivals_ptr):
+def _greedy_pick(values, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arrivals_ptr,
+                 advance_args, ADVANCE_GROUPS: tl.constexpr):  # fmt: skip
     """Each token's argmax over all programs' rows (values [BLOCK_N, BLOCK_M] as stored): this
     program's best (value, row) as one key (keys.value_key: larger value, then lower row), one
     atomic max per token into keys_ptr, then an arrival count; the last program to arrive reads
-    the winners, writes their rows to greedy_ptr and resets the scratch for the next launch."""
+    the winners, writes their rows to greedy_ptr and resets the scratch for the next launch (and
+    with ADVANCE_GROUPS moves the step's inputs on: `_advance_inputs`)."""
     keys = tl.where(mask, value_key(values, row_ids[:, None], 2**32), NO_KEY)
     live = token_ids < M
     # relaxed: the arrival's release orders it (no fence of its own in every program's tail)
@@ -898,6 +946,28 @@ def _greedy_pick(values, row_ids, token_ids, M, mask, greedy_ptr, keys_ptr, arri
         best = tl.atomic_xchg(keys_ptr + token_ids, NO_KEY, mask=live, sem="relaxed")
         tl.store(greedy_ptr + token_ids, key_index(best, 2**32), mask=live)
         tl.store(arrivals_ptr, 0)
+        if ADVANCE_GROUPS > 0:
+            _advance_inputs(token_ids, live, advance_args, ADVANCE_GROUPS)
+
+
+@triton.jit
+def _advance_inputs(rows, live, advance_args, GROUPS: tl.constexpr):
+    """ops.base.DecodeAdvance.apply for rows [BLOCK_M] (one token a sequence; `live` < M): rows
+    whose group-0 slot is not negative go to the next position, its slot in every group's table
+    (-1 past the table's columns) and one more key. Nothing else in the step reads them by now."""
+    positions_ptr, seq_lens_ptr, slots_ptr, slot_stride, tables_ptr, group_stride, seq_stride, \
+        column_stride, table_columns, block_size = advance_args  # fmt: skip
+    real = live & (tl.load(slots_ptr + rows, mask=live, other=-1) >= 0)
+    positions = tl.load(positions_ptr + rows, mask=real, other=0) + 1
+    tl.store(positions_ptr + rows, positions, mask=real)
+    tl.store(seq_lens_ptr + rows, tl.load(seq_lens_ptr + rows, mask=real, other=0) + 1, mask=real)
+    columns = positions // block_size
+    inside = columns < table_columns
+    for group in tl.static_range(GROUPS):
+        entries = tables_ptr + group * group_stride + rows * seq_stride + columns * column_stride
+        blocks = tl.load(entries, mask=real & inside, other=0).to(tl.int64)
+        slots = tl.where(inside, blocks * block_size + positions % block_size, -1)
+        tl.store(slots_ptr + group * slot_stride + rows, slots, mask=real)
 
 
 @triton.jit

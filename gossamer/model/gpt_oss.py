@@ -21,7 +21,7 @@ from torch import nn
 from gossamer.cache.layout import KVCacheLayout
 from gossamer.config import ModelConfig
 from gossamer.model.rope import cos_sin_table
-from gossamer.ops.base import AttentionMetadata, ExpertWeights, Ops
+from gossamer.ops.base import AttentionMetadata, DecodeAdvance, ExpertWeights, Ops
 
 
 def _weight(*shape: int, dtype: torch.dtype) -> nn.Parameter:
@@ -271,10 +271,14 @@ class GptOssForCausalLM(nn.Module):
         return (hidden, aux) if aux_layers else hidden
 
     def compute_logits(
-        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None
+        self,
+        hidden: torch.Tensor,
+        greedy_out: torch.Tensor | None = None,
+        advance: DecodeAdvance | None = None,
     ) -> torch.Tensor:
-        """[N, hidden] -> float32 [N, vocab]; with `greedy_out` ([N] int64) each row's argmax too."""
-        return self.ops.logits(hidden, self.lm_head.weight, greedy_out)
+        """[N, hidden] -> float32 [N, vocab]; with `greedy_out` ([N] int64) each row's argmax too,
+        and with `advance` the decode step's inputs moved on after it (Ops.logits)."""
+        return self.ops.logits(hidden, self.lm_head.weight, greedy_out, advance)
 
     def allocate_kv_cache(
         self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None

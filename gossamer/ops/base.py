@@ -57,6 +57,35 @@ class AttentionMetadata:
 
 
 @dataclass
+class DecodeAdvance:
+    """A plain-decode step's inputs (one token per sequence), which the step's last kernel moves
+    on by one token once nothing else reads them: the next decode step's inputs when every
+    sequence feeds its greedy pick, so that the runner uploads nothing then (ModelRunner's
+    ADVANCE_IN_GRAPH). Rows whose group-0 slot is negative (padding) are left as they are; a
+    row whose next position is past its table's columns gets slot -1."""
+
+    positions: torch.Tensor  # [S] int64
+    seq_lens: torch.Tensor  # [S] int32
+    slot_mapping: torch.Tensor  # [G, S] int64
+    block_tables: torch.Tensor  # [G, S, columns] int32
+    block_size: int
+
+    def apply(self) -> None:
+        """The advance in torch ops: the reference, and the path where no kernel fuses it."""
+        real = self.slot_mapping[0] >= 0
+        positions = self.positions + real.long()
+        columns = positions // self.block_size
+        inside = columns < self.block_tables.shape[2]
+        index = columns.clamp(max=self.block_tables.shape[2] - 1)
+        index = index.expand(self.block_tables.shape[0], -1)[..., None]
+        blocks = self.block_tables.gather(2, index)[..., 0].long()  # [G, S]
+        slots = torch.where(inside, blocks * self.block_size + positions % self.block_size, -1)
+        self.slot_mapping.copy_(torch.where(real, slots, self.slot_mapping))
+        self.positions.copy_(positions)
+        self.seq_lens.add_(real.to(self.seq_lens.dtype))
+
+
+@dataclass
 class ExpertWeights:
     """All experts of one MoE layer.
 
@@ -100,10 +129,15 @@ class Ops(Protocol):
         ...
 
     def logits(
-        self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        greedy_out: torch.Tensor | None = None,
+        advance: DecodeAdvance | None = None,
     ) -> torch.Tensor:
         """The unembedding: linear(hidden, weight, None) in hidden's dtype, as float32 [T, vocab].
-        `greedy_out` ([T] int64): also writes each row's argmax there (torch.argmax's pick)."""
+        `greedy_out` ([T] int64): also writes each row's argmax there (torch.argmax's pick).
+        `advance` (with greedy_out): then moves the step's inputs on (DecodeAdvance)."""
         ...
 
     def rms_norm(

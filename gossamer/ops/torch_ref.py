@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from gossamer.model import mxfp4
 from gossamer.ops.base import (
     AttentionMetadata,
+    DecodeAdvance,
     ExpertWeights,
     compose_norm_linear,
     compose_norm_moe,
@@ -43,11 +44,17 @@ class TorchOps:
         return []  # the same computation at any context
 
     def logits(
-        self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        greedy_out: torch.Tensor | None = None,
+        advance: DecodeAdvance | None = None,
     ) -> torch.Tensor:
         out = F.linear(hidden, weight).float()
         if greedy_out is not None:
             greedy_out.copy_(out.argmax(dim=-1))
+        if advance is not None:
+            advance.apply()
         return out
 
     def rms_norm(

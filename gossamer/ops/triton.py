@@ -19,6 +19,7 @@ import torch
 from gossamer.kernels import embed, gemv, norm, rope
 from gossamer.ops.base import (
     AttentionMetadata,
+    DecodeAdvance,
     ExpertWeights,
     compose_norm_linear,
     compose_norm_moe,
@@ -45,9 +46,13 @@ class TritonOps:
         return embed.embed(input_ids, weight, fed_ids)
 
     def logits(
-        self, hidden: torch.Tensor, weight: torch.Tensor, greedy_out: torch.Tensor | None = None
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        greedy_out: torch.Tensor | None = None,
+        advance: DecodeAdvance | None = None,
     ) -> torch.Tensor:
-        return gemv.logits(hidden, weight, greedy_out)
+        return gemv.logits(hidden, weight, greedy_out, advance)
 
     def rms_norm(
         self,

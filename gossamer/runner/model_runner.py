@@ -12,6 +12,11 @@ token's argmax into `greedy_ids` (`last_greedy` after a replay). Fed back as the
 `device_input_ids`, they are not copied: the upload writes -1 for those tokens and the embedding
 reads the pick from `greedy_ids` (Ops.embed).
 
+Inputs advanced in the graph (ADVANCE_IN_GRAPH, with GREEDY_IN_GRAPH; off until measured): the
+batch-1 decode graphs' unembedding, which writes the pick, also moves the step's positions,
+sequence length and slots on by a token (ops.base.DecodeAdvance). StepBuffers knows what the
+device then holds, so the next step, fed its pick in place, uploads nothing (`_upload`).
+
 Context buckets (CONTEXT_GRAPHS, off until measured): graphs of a few tokens (small decode and
 verification batches) also get copies captured for shorter contexts than max_model_len
 (`ops.decode_context_bounds`), and a step replays the first whose bound holds its longest sequence,
@@ -40,7 +45,7 @@ import torch
 
 from gossamer.cache.block_pool import NULL_BLOCK_ID
 from gossamer.model.gpt_oss import GptOssForCausalLM
-from gossamer.ops.base import AttentionMetadata
+from gossamer.ops.base import AttentionMetadata, DecodeAdvance
 from gossamer.runner.host_copy import UploadFence, to_device
 from gossamer.runner.step_buffers import StepBuffers
 
@@ -68,6 +73,13 @@ GREEDY_IN_GRAPH = os.environ.get("GOSSAMER_GREEDY_IN_GRAPH", "0") == "1"
 # until measured (benchmarks/fusion_ab.py context_graphs against graph_131k and the defaults);
 # GOSSAMER_CONTEXT_GRAPHS=1 turns it on. The token bound caps the copies' float32 logits (8 rows).
 CONTEXT_GRAPHS = os.environ.get("GOSSAMER_CONTEXT_GRAPHS", "0") == "1"
+# With GREEDY_IN_GRAPH, the batch-1 decode graphs also advance their inputs (ops.base.DecodeAdvance,
+# in the unembedding's last program: no launch of its own), and a step whose inputs the device
+# then holds uploads nothing. What it would save: the upload between two replays, 2.6 us of copy
+# in the 20b timeline (graph_timeline.py, H200, 2026-12-04) with 6.4 us idle between steps in
+# all; at long contexts the step's block tables grow that copy (4 bytes a block a group). Off
+# until measured (written in the nineteenth session; fusion_ab advance_in_graph). (env: A/B)
+ADVANCE_IN_GRAPH = os.environ.get("GOSSAMER_ADVANCE_IN_GRAPH", "0") == "1"
 CONTEXT_GRAPH_MIN_LEN = 512
 CONTEXT_GRAPH_MAX_TOKENS = 8
 
@@ -219,7 +231,10 @@ class ModelRunner:
         # twins, whose addresses the graphs hold. Both are views of StepBuffers' one buffer,
         # laid out per step size (`_lay_out`).
         sizes = (self.max_tokens, self.max_num_seqs, self.num_groups, self.max_blocks_per_seq)
-        self.inputs = StepBuffers(*sizes, self.device)
+        # (read once: the graphs are captured with them)
+        self.greedy_in_graph = GREEDY_IN_GRAPH
+        self.advance_in_graph = GREEDY_IN_GRAPH and ADVANCE_IN_GRAPH
+        self.inputs = StepBuffers(*sizes, self.device, track_device=self.advance_in_graph)
         self._lay_out(self.max_tokens, self.max_num_seqs)
         self.upload_fence = UploadFence(self.device)
         self._width = 1  # block-table columns the current step uses
@@ -232,7 +247,6 @@ class ModelRunner:
         self.greedy_ids = torch.zeros(self.max_tokens, dtype=torch.int64, device=self.device)
         self.last_greedy: torch.Tensor | None = None
         self.num_fed_in_place = 0  # steps fed greedy_ids as they were
-        self.greedy_in_graph = GREEDY_IN_GRAPH  # (read once: the graphs are captured with it)
         # per graph key, its context-bucket graphs (CONTEXT_GRAPHS): (bound, graph, logits,
         # extras), ascending bounds, all below max_model_len (the key's own graph's)
         self.context_graphs: dict[tuple[int, int], list[tuple[int, Any, torch.Tensor, tuple]]] = {}
@@ -300,12 +314,14 @@ class ModelRunner:
         if in_place:  # the embedding reads them from greedy_ids (Ops.embed)
             self.host["input_ids"][: ids.numel()] = -1
             self.num_fed_in_place += 1
-        self.inputs.upload(*self._layout, self._width)
-        self.upload_fence.record()
+        if self.inputs.upload(*self._layout, self._width):  # (not when the device holds them)
+            self.upload_fence.record()
         if ids is not None and rows is not None:  # a tree graph's layout (`_replay_tree`)
             self.dev["input_ids"].index_copy_(0, rows[: ids.numel()], ids)
+            self.inputs.forget()
         elif ids is not None and not in_place:
             self.dev["input_ids"][: ids.numel()].copy_(ids)
+            self.inputs.ids_unknown(*self._layout, ids.numel())
 
     def _is_greedy_prefix(self, ids: torch.Tensor) -> bool:
         """Whether `ids` is greedy_ids[:k] itself (the last graph's `last_greedy`, fed as it is)."""
@@ -461,6 +477,8 @@ class ModelRunner:
         self._upload()
         graph, logits, extras = self._graph_for(key, max_seq)
         graph.replay()
+        if self._advances(size, q):
+            self.inputs.advanced(*self._layout, self.block_size)
         num_tokens = num_seqs * q  # the rows of padding sequences are left out
         self.last_extras = tuple(extra[:num_tokens] for extra in extras)
         if self._picks_greedy(q):
@@ -578,10 +596,28 @@ class ModelRunner:
         greedy = self.greedy_ids[:num_tokens] if self._picks_greedy(q) else None
         if greedy is not None and self.device.type == "cuda":
             self._warm_greedy_pick(greedy)
+        advance = self._decode_advance(size) if self._advances(size, q) else None
         graph, (logits, *extras) = capture.capture(
-            partial(self._graph_step, ids, positions, metadata, greedy)
+            partial(self._graph_step, ids, positions, metadata, greedy, advance)
         )
+        self.inputs.forget()  # (the capture's own runs may have advanced them)
         return graph, logits, tuple(extras)
+
+    def _advances(self, size: int, q: int) -> bool:
+        """Whether the graphs of `size` sequences of q tokens advance their inputs: at batch 1,
+        where the unembedding GEMV's pick does it in its last program (ADVANCE_IN_GRAPH)."""
+        return self.advance_in_graph and size == 1 and self._picks_greedy(q)
+
+    def _decode_advance(self, size: int) -> DecodeAdvance:
+        """The current layout's inputs of a decode step of `size` sequences, to advance."""
+        dev = self.dev
+        return DecodeAdvance(
+            positions=dev["positions"][:size],
+            seq_lens=dev["seq_lens"][:size],
+            slot_mapping=dev["slot_mapping"][:, :size],
+            block_tables=dev["block_tables"][:, :size],
+            block_size=self.block_size,
+        )
 
     def _context_bounds(self, size: int, q: int) -> list[int]:
         """The context buckets of graphs of `size` sequences of q tokens (CONTEXT_GRAPHS)."""
@@ -605,13 +641,16 @@ class ModelRunner:
         positions: torch.Tensor,
         metadata: AttentionMetadata,
         greedy: torch.Tensor | None = None,
+        advance: DecodeAdvance | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """What a graph captures: logits of every fed token, then the extras of `_forward`; with
-        `greedy` ([tokens] int64) also each token's greedy pick (the unembedding's, at batch 1)."""
+        `greedy` ([tokens] int64) also each token's greedy pick (the unembedding's, at batch 1),
+        and with `advance` the step's inputs moved on after it."""
         hidden, extras = self._forward(input_ids, positions, metadata)
         if greedy is None:  # (stand-in models of the benchmarks take no greedy_out)
             return (self.model.compute_logits(hidden), *extras)
-        return (self.model.compute_logits(hidden, greedy_out=greedy), *extras)
+        kwargs = {} if advance is None else {"advance": advance}
+        return (self.model.compute_logits(hidden, greedy_out=greedy, **kwargs), *extras)
 
     def _picks_greedy(self, query_len: int) -> bool:
         """Whether the graphs of this tokens-per-sequence pick greedily: plain decode only, the

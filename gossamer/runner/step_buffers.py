@@ -19,6 +19,12 @@ are the same in every layout: steps of new sizes compile nothing new.
 A layout's views never move: a graph captured on (T, S)'s views reads the inputs of every replay
 there. Steps of other sizes lay theirs out over the same memory; they run one after another on
 the stream, and `UploadFence` keeps the host from rewriting the buffer under a queued copy.
+
+What the device holds (`track_device=True`): a host copy of the bytes the last upload sent, which
+`advanced` moves on as a graph that advances its inputs (ops.base.DecodeAdvance) does on the
+device. `upload` skips the copy when the step's bytes are those already: a decode step fed its
+greedy picks in place then uploads nothing. Bytes the host cannot know (a device-side id copy,
+table columns never uploaded) are marked UNKNOWN, which no step writes, so they never match.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from gossamer.runner.host_copy import host_buffer
 ALIGN = 16  # bytes: what Triton specializes pointers on
 Layout = tuple[int, int]  # (tokens, sequences)
 Views = tuple[dict[str, np.ndarray], dict[str, torch.Tensor]]  # (host arrays, device tensors)
+UNKNOWN = -2  # an input value no step writes (ids >= -1, slots >= -1): the device's is not known
 
 
 class StepBuffers:
@@ -45,6 +52,7 @@ class StepBuffers:
         num_groups: int,
         max_blocks: int,
         device: torch.device,
+        track_device: bool = False,
     ) -> None:
         self.num_groups, self.max_blocks = num_groups, max_blocks
         self._views: dict[Layout, Views] = {}
@@ -53,6 +61,11 @@ class StepBuffers:
         self.host_bytes = host_buffer((size,), torch.uint8, device)
         # NOTE: copy=True keeps them apart on the CPU too, so that CPU tests see what is uploaded
         self.dev_bytes = self.host_bytes.to(device, copy=True)
+        # (track_device) the device's bytes as the host knows them, and whose layout's they are and
+        # how many (None: not known)
+        self.on_device = np.zeros(size, dtype=np.uint8) if track_device else None
+        self._device_holds: tuple[Layout, int] | None = None
+        self.num_skipped = 0  # uploads left out: the device held the step's bytes
 
     def _fields(self, tokens: int, seqs: int) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
         groups = self.num_groups
@@ -99,11 +112,63 @@ class StepBuffers:
         views["block_tables"] = views["block_tables"].permute(1, 2, 0)[:, :seqs]
         return views
 
-    def upload(self, tokens: int, seqs: int, width: int) -> None:
+    def upload(self, tokens: int, seqs: int, width: int) -> bool:
         """Copies the step's inputs, its block tables' first `width` columns, in one copy that
-        does not wait for the stream on the GPU."""
+        does not wait for the stream on the GPU; returns False, copying nothing, where the device
+        holds them already (track_device)."""
         end = self._tables_offset(tokens, seqs) + self._tables_bytes(width, seqs)
+        host = self.host_bytes.numpy()
+        if self._holds((tokens, seqs), end) and np.array_equal(host[:end], self.on_device[:end]):
+            self.num_skipped += 1
+            return False
         self.dev_bytes[:end].copy_(self.host_bytes[:end], non_blocking=True)
+        if self.on_device is not None:
+            self.on_device[:end] = host[:end]
+            self._device_holds = ((tokens, seqs), end)
+        return True
+
+    def _holds(self, layout: Layout, end: int) -> bool:
+        held = self._device_holds
+        return held is not None and held[0] == layout and held[1] >= end
+
+    def forget(self) -> None:
+        """The device's inputs are not known any more (something other than `upload` wrote them)."""
+        self._device_holds = None
+
+    def ids_unknown(self, tokens: int, seqs: int, rows: int) -> None:
+        """The device's first `rows` input ids were written on the device (a fed copy)."""
+        if self._holds((tokens, seqs), 0):
+            self._views_of_device(tokens, seqs)["input_ids"][:rows] = UNKNOWN
+
+    def advanced(self, tokens: int, seqs: int, block_size: int) -> None:
+        """The device ran a graph that advanced the inputs of this one-token-a-sequence layout
+        (ops.base.DecodeAdvance): the same rule on what the host knows it holds."""
+        if not self._holds((tokens, seqs), 0):
+            return
+        held = self._views_of_device(tokens, seqs)
+        slots, positions = held["slot_mapping"], held["positions"]
+        real = slots[0] >= 0
+        positions[real] += 1
+        held["seq_lens"][real] += 1
+        columns = positions // block_size
+        known = self._known_columns(tokens, seqs)
+        for group in range(self.num_groups):
+            table = held["block_tables"][group]
+            inside = real & (columns < known)
+            rows = np.flatnonzero(inside)
+            slots[group, rows] = table[rows, columns[rows]].astype(np.int64) * block_size + (
+                positions[rows] % block_size
+            )
+            # past the columns the host sent: a stale entry on the device, or -1 past them all
+            slots[group, real & ~inside] = UNKNOWN
+
+    def _known_columns(self, tokens: int, seqs: int) -> int:
+        end = self._device_holds[1]
+        return (end - self._tables_offset(tokens, seqs)) // self._tables_bytes(1, seqs)
+
+    def _views_of_device(self, tokens: int, seqs: int) -> dict[str, np.ndarray]:
+        mirror = torch.from_numpy(self.on_device)
+        return {name: view.numpy() for name, view in self._carve(mirror, tokens, seqs).items()}
 
 
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:

@@ -136,7 +136,7 @@ def test_greedy_pick_is_torch_argmax(gemv, m):
         if m > 1:
             x[1] = 0.0
         greedy = torch.full((m,), -1, dtype=torch.int64, device=DEVICE)
-        out, picked = gemv._gemv(x, weight, None, TINY["dot_no_split"], torch.float32, greedy)
+        out, picked = gemv._gemv(x, weight, None, TINY["dot_no_split"], torch.float32, greedy, None)
         assert picked and torch.equal(greedy, out.argmax(dim=-1))
         assert greedy[0] == 5 and (m == 1 or greedy[1] == 0)
     keys, arrivals = gemv._GREEDY_KEYS[torch.device(DEVICE)]
@@ -148,13 +148,84 @@ def test_logits_pick_greedily_on_every_path(gemv):
     not (a K split: an argmax after it; too many rows: torch's linear)."""
     x, weight, _ = _problem(1, 70, 200, torch.float16, seed=16)
     unused = torch.zeros(1, dtype=torch.int64, device=DEVICE)
-    assert not gemv._gemv(x, weight, None, TINY["dot"], torch.float32, unused)[1]  # split: no
+    assert not gemv._gemv(x, weight, None, TINY["dot"], torch.float32, unused, None)[1]  # split: no
     for rows in (1, 3, gemv.GEMV_MAX_M + 1):
         x = torch.randn(rows, 200, device=DEVICE).to(torch.float16)
         greedy = torch.full((rows,), -1, dtype=torch.int64, device=DEVICE)
         out = gemv.logits(x, weight, greedy)
         assert torch.equal(greedy, out.argmax(dim=-1))
         assert torch.equal(out, gemv.logits(x, weight))
+
+
+def _decode_inputs(rows: int, groups: int = 2, columns: int = 4, block_size: int = 4):
+    """A plain-decode step's inputs (ops.base.DecodeAdvance) as the runner lays them out: tables
+    block-major ([columns, G, S] underneath), slots [G, S] of a wider buffer; row 1 a padding row
+    (slot -1) when there are more than 2, the last row at the last position of its table."""
+    from gossamer.ops.base import DecodeAdvance
+
+    positions = torch.tensor([5, 0, 2, 3, 9, 15][:rows], dtype=torch.int64, device=DEVICE)
+    positions[-1] = columns * block_size - 1
+    tables = torch.arange(columns * groups * 16, dtype=torch.int32, device=DEVICE) + 3
+    tables = tables.view(columns, groups, 16).permute(1, 2, 0)[:, :rows]
+    slots = torch.zeros(groups, rows + 2, dtype=torch.int64, device=DEVICE)[:, :rows]
+    for g in range(groups):
+        slots[g] = tables[g, torch.arange(rows), positions // block_size] * block_size
+        slots[g] += positions % block_size
+    if rows > 2:
+        slots[:, 1] = -1
+    seq_lens = (positions + 1).to(torch.int32)
+    return DecodeAdvance(positions, seq_lens, slots, tables, block_size)
+
+
+def _snapshot(advance) -> list[torch.Tensor]:
+    return [t.clone() for t in (advance.positions, advance.seq_lens, advance.slot_mapping)]
+
+
+def test_decode_advance_moves_each_real_row_one_token_on():
+    """DecodeAdvance.apply (the reference the kernel is held to), against the rule written out:
+    a real row's next position, one more key, and its block-table slot in each group; padding
+    rows (slot -1) untouched; a row whose next position is past its table's columns gets -1."""
+    advance = _decode_inputs(3)
+    before = _snapshot(advance)
+    advance.apply()
+    tables, size = advance.block_tables, advance.block_size
+    for row in range(3):
+        position = int(before[0][row])
+        if row == 1:  # padding
+            assert advance.positions[row] == position and advance.seq_lens[row] == before[1][row]
+            assert (advance.slot_mapping[:, row] == -1).all()
+            continue
+        assert advance.positions[row] == position + 1
+        assert advance.seq_lens[row] == before[1][row] + 1
+        for g in range(2):
+            column = (position + 1) // size
+            expected = (
+                -1 if column >= 4 else int(tables[g, row, column]) * size + (position + 1) % size
+            )
+            assert advance.slot_mapping[g, row] == expected
+    assert advance.slot_mapping[0, 2] == -1  # row 2 sat at the last position of its table
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_greedy_pick_advances_the_step_inputs(gemv, m, monkeypatch):
+    """With `advance`, the program that writes the picks (unsplit dot kernel) also moves the
+    step's inputs on, as DecodeAdvance.apply does; a split plan leaves them to `logits`, which
+    then applies it in torch ops, as it does where the GEMV does not serve (torch's linear)."""
+    x, weight, _ = _problem(m, 70, 200, torch.float16, seed=17)
+    expected = _decode_inputs(m)
+    expected.apply()
+    greedy = torch.full((m,), -1, dtype=torch.int64, device=DEVICE)
+    advance = _decode_inputs(m)
+    out, picked = gemv._gemv(x, weight, None, TINY["dot_no_split"], torch.float32, greedy, advance)
+    assert picked and torch.equal(greedy, out.argmax(dim=-1))
+    assert all(map(torch.equal, _snapshot(advance), _snapshot(expected)))
+    untouched = _decode_inputs(m)
+    assert not gemv._gemv(x, weight, None, TINY["dot"], torch.float32, greedy, untouched)[1]
+    assert all(map(torch.equal, _snapshot(untouched), _snapshot(_decode_inputs(m))))
+    monkeypatch.setattr(gemv, "serves", lambda *args: False)
+    advance = _decode_inputs(m)
+    gemv.logits(x, weight, greedy, advance)
+    assert all(map(torch.equal, _snapshot(advance), _snapshot(expected)))
 
 
 def test_pack_tiles_puts_each_tile_in_one_run(gemv):
@@ -368,7 +439,7 @@ def test_gpu_greedy_pick_of_the_unembedding_replays_in_a_cuda_graph():
     x, weight, _ = _problem(1, 201088, 2880, torch.bfloat16, seed=22, device="cuda")
     weight[7] = weight[150000] = weight[7] * 4  # a tie for the largest logit of some inputs
     greedy = torch.full((1,), -1, dtype=torch.int64, device="cuda")
-    logits, picked = compiled._gemv(x, weight, None, None, torch.float32, greedy)
+    logits, picked = compiled._gemv(x, weight, None, None, torch.float32, greedy, None)
     assert picked and torch.equal(greedy, logits.argmax(dim=-1))  # the kernel's pick, no argmax
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -383,6 +454,33 @@ def test_gpu_greedy_pick_of_the_unembedding_replays_in_a_cuda_graph():
         torch.cuda.synchronize()
         assert torch.equal(greedy, out.argmax(dim=-1))
         assert seed != 0 or greedy.item() == 7
+
+
+@pytest.mark.gpu
+def test_gpu_unembedding_advances_the_inputs_in_graph_replays():
+    """The batch-1 unembedding with `advance`: its last program moves the inputs on at every
+    replay as DecodeAdvance.apply does (no torch ops in the graph: the GEMV picks)."""
+    from gossamer.kernels import gemv as compiled
+
+    x, weight, _ = _problem(1, 201088, 2880, torch.bfloat16, seed=23, device="cuda")
+    greedy = torch.full((1,), -1, dtype=torch.int64, device="cuda")
+    advance = _decode_inputs(1, columns=64, block_size=16)
+    advance.positions.fill_(30)  # position 30: block column 1, offset 14
+    advance.seq_lens.fill_(31)
+    advance.slot_mapping.copy_(advance.block_tables[:, :, 1] * 16 + 14)
+    expected = replace(advance, **{name: getattr(advance, name).clone() for name in
+                                   ("positions", "seq_lens", "slot_mapping")})  # fmt: skip
+    assert compiled._gemv(x, weight, None, None, torch.float32, greedy, None)[1]  # the GEMV picks
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        compiled.logits(x, weight, greedy, advance)
+    expected.apply()  # (the capture ran nothing)
+    for _ in range(5):  # positions 30 -> 35: across a block boundary
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(map(torch.equal, _snapshot(advance), _snapshot(expected)))
+        expected.apply()
 
 
 @pytest.mark.gpu
