@@ -44,6 +44,14 @@ SMALL = dict(
 )
 
 
+def small_triton_model(root: Path, seed: int, max_model_len: int | None = None):
+    """A SMALL random model saved as an MXFP4 checkpoint and loaded in bf16 on the Triton ops."""
+    dense = load_model(str(write_hf_model(root / "hf", seed=seed, **SMALL)), dtype="float32").model
+    packed = save_checkpoint(dense, root / "mxfp4")
+    return load_model(str(packed), dtype="bfloat16", device="cuda", ops="triton",
+                      max_model_len=max_model_len).model  # fmt: skip
+
+
 def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return float((ours.float() - theirs.float()).norm() / theirs.float().norm())
 

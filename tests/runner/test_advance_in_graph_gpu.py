@@ -8,12 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossamer.model.loader import load_model
-from gossamer.model.weights import save_checkpoint
 from gossamer.runner import model_runner
 from gossamer.runner.model_runner import GRAPH, ModelRunner, SeqInput
-from tests.hf_models import write_hf_model
-from tests.kernels.test_triton_model import SMALL
+from tests.kernels.test_triton_model import SMALL, small_triton_model
 
 pytestmark = pytest.mark.gpu
 
@@ -22,11 +19,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("advance_gpu")
-    dense = load_model(str(write_hf_model(root / "hf", seed=37, **SMALL)), dtype="float32").model
-    packed = save_checkpoint(dense, root / "mxfp4")
-    return load_model(str(packed), dtype="bfloat16", device="cuda", ops="triton",
-                      max_model_len=1024).model  # fmt: skip
+    return small_triton_model(tmp_path_factory.mktemp("advance_gpu"), seed=37, max_model_len=1024)
 
 
 def runner(model, advance: bool) -> ModelRunner:

@@ -8,12 +8,9 @@ import pytest
 import torch
 
 from gossamer.kernels import attention
-from gossamer.model.loader import load_model
-from gossamer.model.weights import save_checkpoint
 from gossamer.runner import model_runner
 from gossamer.runner.model_runner import GRAPH, ModelRunner, SeqInput
-from tests.hf_models import write_hf_model
-from tests.kernels.test_triton_model import SMALL
+from tests.kernels.test_triton_model import SMALL, small_triton_model
 
 pytestmark = pytest.mark.gpu
 
@@ -23,11 +20,9 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("context_graphs_gpu")
-    dense = load_model(str(write_hf_model(root / "hf", seed=31, **SMALL)), dtype="float32").model
-    packed = save_checkpoint(dense, root / "mxfp4")
-    return load_model(str(packed), dtype="bfloat16", device="cuda", ops="triton",
-                      max_model_len=MAX_LEN).model  # fmt: skip
+    return small_triton_model(
+        tmp_path_factory.mktemp("context_graphs_gpu"), seed=31, max_model_len=MAX_LEN
+    )
 
 
 CONTEXTS = (300, 1000, 3000)
