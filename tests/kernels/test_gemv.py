@@ -139,7 +139,7 @@ def test_greedy_pick_is_torch_argmax(gemv, m):
         out, picked = gemv._gemv(x, weight, None, TINY["dot_no_split"], torch.float32, greedy, None)
         assert picked and torch.equal(greedy, out.argmax(dim=-1))
         assert greedy[0] == 5 and (m == 1 or greedy[1] == 0)
-    keys, arrivals = gemv._GREEDY_KEYS[torch.device(DEVICE)]
+    keys, arrivals = gemv._GREEDY_KEYS[greedy.device]  # (cuda:0 on the GPU, not cuda)
     assert (keys == -(2**63)).all() and arrivals.item() == 0
 
 
