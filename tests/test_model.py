@@ -68,3 +68,19 @@ def test_bfloat16_forward_is_close_to_transformers(tmp_path):
     ours_error = relative_error(logits, truth)
     assert ours_error < 0.1
     assert ours_error < 1.25 * relative_error(hf_logits(theirs, tokens), truth)
+
+
+def test_the_rope_table_grows_with_max_model_len(tmp_path):
+    """A model whose max_model_len is raised after its first step (a benchmark's runner for a
+    longer context than the model was loaded for) gets a table that covers the new length, its
+    first rows as before; the outgrown table stays alive (graphs captured on it read it)."""
+    ours = load_model(str(write_hf_model(tmp_path / "ckpt", 8)), dtype="float32",
+                      max_model_len=64).model  # fmt: skip
+    short = ours.rope_table()
+    assert len(short) == 64 and ours.rope_table() is short  # built once
+    ours.max_model_len = 256
+    long = ours.rope_table()
+    assert len(long) == 256 and torch.equal(long[:64], short)
+    assert any(table is short for table in ours._outgrown_rope_tables)
+    ours.max_model_len = 64
+    assert ours.rope_table() is long  # a shorter length keeps the longer table

@@ -229,6 +229,7 @@ class GptOssForCausalLM(nn.Module):
         self.lm_head = nn.Module()
         self.lm_head.weight = _weight(config.vocab_size, config.hidden_size, dtype=dtype)
         self.cos_sin: torch.Tensor | None = None  # built on first use, on the weights' device
+        self._outgrown_rope_tables: list[torch.Tensor] = []  # (see rope_table)
 
     @property
     def num_cache_groups(self) -> int:
@@ -239,7 +240,14 @@ class GptOssForCausalLM(nn.Module):
         return self.lm_head.weight.device
 
     def rope_table(self) -> torch.Tensor:
-        if self.cos_sin is None or self.cos_sin.device != self.device:
+        """cos/sin of positions 0..max_model_len - 1, rebuilt when max_model_len has grown past
+        it (a benchmark's runner for a longer context than the model was loaded for: positions
+        past the table would be read out of bounds). NOTE: an outgrown table is kept, since
+        graphs captured before still read it by address."""
+        table = self.cos_sin
+        if table is None or table.device != self.device or len(table) < self.max_model_len:
+            if table is not None:
+                self._outgrown_rope_tables.append(table)
             self.cos_sin = cos_sin_table(self.config, self.max_model_len, self.device)
         return self.cos_sin
 
