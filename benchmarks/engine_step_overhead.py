@@ -45,10 +45,12 @@ class NullModel:
         return torch.zeros(input_ids.shape[0], 1)
 
     def compute_logits(
-        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None
+        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None, advance=None
     ) -> torch.Tensor:
         if greedy_out is not None:
             greedy_out.zero_()  # the argmax of all-zero logits
+        if advance is not None:  # (model_runner.ADVANCE_IN_GRAPH: as the real model's graphs)
+            advance.apply()
         return torch.zeros(hidden.shape[0], self.vocab)
 
 

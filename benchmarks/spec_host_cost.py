@@ -180,13 +180,15 @@ class OracleModel:
             time.sleep(seconds)
 
     def compute_logits(
-        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None
+        self, hidden: torch.Tensor, greedy_out: torch.Tensor | None = None, advance=None
     ) -> torch.Tensor:
         start = self.clock()
         logits = torch.zeros(hidden.shape[0], self.config.vocab_size)
         logits.scatter_(1, hidden[:, None], 1.0)
         if greedy_out is not None:
             greedy_out.copy_(hidden)  # the one-hot's argmax
+        if advance is not None:  # (model_runner.ADVANCE_IN_GRAPH: as the real model's graphs)
+            advance.apply()
         self.seconds += self.clock() - start
         return logits
 
