@@ -23,8 +23,8 @@ the stream, and `UploadFence` keeps the host from rewriting the buffer under a q
 What the device holds (`track_device=True`): a host copy of the bytes the last upload sent, which
 `advanced` moves on as a graph that advances its inputs (ops.base.DecodeAdvance) does on the
 device. `upload` skips the copy when the step's bytes are those already: a decode step fed its
-greedy picks in place then uploads nothing. Bytes the host cannot know (a device-side id copy,
-table columns never uploaded) are marked UNKNOWN, which no step writes, so they never match.
+greedy picks in place then uploads nothing. Ids the host cannot know (a device-side copy) are
+marked UNKNOWN, which no step writes, so they never match.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ import math
 import numpy as np
 import torch
 
+from gossamer.ops.base import DecodeAdvance
 from gossamer.runner.host_copy import host_buffer
 
 ALIGN = 16  # bytes: what Triton specializes pointers on
 Layout = tuple[int, int]  # (tokens, sequences)
 Views = tuple[dict[str, np.ndarray], dict[str, torch.Tensor]]  # (host arrays, device tensors)
-UNKNOWN = -2  # an input value no step writes (ids >= -1, slots >= -1): the device's is not known
+UNKNOWN = -2  # an input id no step writes (ids >= -1): the device's is not known
 
 
 class StepBuffers:
@@ -138,37 +139,24 @@ class StepBuffers:
     def ids_unknown(self, tokens: int, seqs: int, rows: int) -> None:
         """The device's first `rows` input ids were written on the device (a fed copy)."""
         if self._holds((tokens, seqs), 0):
-            self._views_of_device(tokens, seqs)["input_ids"][:rows] = UNKNOWN
+            self._device_views(tokens, seqs)["input_ids"][:rows] = UNKNOWN
 
     def advanced(self, tokens: int, seqs: int, block_size: int) -> None:
-        """The device ran a graph that advanced the inputs of this one-token-a-sequence layout
-        (ops.base.DecodeAdvance): the same rule on what the host knows it holds."""
+        """The device ran a graph that advanced the inputs of this one-token-a-sequence layout:
+        the same DecodeAdvance on what the host knows it holds. Its tables are cut to the columns
+        the host sent, so a row whose next block was never sent gets slot -1, which the host
+        never writes for a real token: the next step uploads."""
         if not self._holds((tokens, seqs), 0):
             return
-        held = self._views_of_device(tokens, seqs)
-        slots, positions = held["slot_mapping"], held["positions"]
-        real = slots[0] >= 0
-        positions[real] += 1
-        held["seq_lens"][real] += 1
-        columns = positions // block_size
-        known = self._known_columns(tokens, seqs)
-        for group in range(self.num_groups):
-            table = held["block_tables"][group]
-            inside = real & (columns < known)
-            rows = np.flatnonzero(inside)
-            slots[group, rows] = table[rows, columns[rows]].astype(np.int64) * block_size + (
-                positions[rows] % block_size
-            )
-            # past the columns the host sent: a stale entry on the device, or -1 past them all
-            slots[group, real & ~inside] = UNKNOWN
+        held = self._device_views(tokens, seqs)
+        known = (self._device_holds[1] - self._tables_offset(tokens, seqs)) // self._tables_bytes(
+            1, seqs
+        )
+        DecodeAdvance(held["positions"], held["seq_lens"], held["slot_mapping"],
+                      held["block_tables"][:, :, :known], block_size).apply()  # fmt: skip
 
-    def _known_columns(self, tokens: int, seqs: int) -> int:
-        end = self._device_holds[1]
-        return (end - self._tables_offset(tokens, seqs)) // self._tables_bytes(1, seqs)
-
-    def _views_of_device(self, tokens: int, seqs: int) -> dict[str, np.ndarray]:
-        mirror = torch.from_numpy(self.on_device)
-        return {name: view.numpy() for name, view in self._carve(mirror, tokens, seqs).items()}
+    def _device_views(self, tokens: int, seqs: int) -> dict[str, torch.Tensor]:
+        return self._carve(torch.from_numpy(self.on_device), tokens, seqs)
 
 
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gossamer.kernels.gemv import WHOLE_K, GemvConfig, plan_gemv
+from gossamer.ops.base import DecodeAdvance
 from tests.kernels.interpreted import DEVICE, kernel_fixture
 
 gemv = kernel_fixture("gemv")
@@ -161,8 +162,6 @@ def _decode_inputs(rows: int, groups: int = 2, columns: int = 4, block_size: int
     """A plain-decode step's inputs (ops.base.DecodeAdvance) as the runner lays them out: tables
     block-major ([columns, G, S] underneath), slots [G, S] of a wider buffer; row 1 a padding row
     (slot -1) when there are more than 2, the last row at the last position of its table."""
-    from gossamer.ops.base import DecodeAdvance
-
     positions = torch.tensor([5, 0, 2, 3, 9, 15][:rows], dtype=torch.int64, device=DEVICE)
     positions[-1] = columns * block_size - 1
     tables = torch.arange(columns * groups * 16, dtype=torch.int32, device=DEVICE) + 3
