@@ -62,14 +62,17 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                GEMVs' only; route_in_all / route_in_all_keys: the expert GEMVs route themselves
                at any expert count (120b)
   graph_131k   the graph captured for a 131k context (the server's max_model_len: 64 attention
-               key splits at batch 1) instead of about the benchmark's context (16 at 1k)
-  context_graphs  graph_131k with the context-bucket graphs (model_runner.CONTEXT_GRAPHS): the
-               1k step replays the graph captured for up to 1,984 keys (16 splits)
+               key splits at batch 1) instead of about the benchmark's context (16 at 1k), with
+               no context-bucket graphs
+  context_graphs  graph_131k with the context-bucket graphs (model_runner.CONTEXT_GRAPHS, the
+               default since the twentieth session): the 1k step replays the graph captured for
+               up to 1,984 keys (16 splits)
   greedy_in_graph / greedy_argmax  the greedy pick made inside the graph and read in place by
                the next step's embedding (model_runner.GREEDY_IN_GRAPH), or an argmax after the
-               graph copied into the next step's input (the default)
-  advance_in_graph  greedy_in_graph, and the graph moves its own inputs on so that the next step
-               uploads nothing (model_runner.ADVANCE_IN_GRAPH)
+               graph copied into the next step's input (the default before the twentieth session)
+  advance_in_graph / no_advance  greedy_in_graph, and the graph moves its own inputs on so that
+               the next step uploads nothing (model_runner.ADVANCE_IN_GRAPH; with the pick, the
+               default since the twentieth session), or not
   unembed_triton / unembed_<rows>x<cols>w<warps>s<stages>  the batch-1 unembedding on the Triton
                GEMV (gemv.TRITON_UNEMBED, the default since the seventeenth session; huge_m1's
                tile, or the one named); unembed_cublas the cuBLAS one + cast kernel before it
@@ -248,18 +251,21 @@ VARIANTS["route_in_keys"] = {"route_in_keys": True}
 VARIANTS["route_in_all"] = {"route_in_max_experts": 1 << 30}
 VARIANTS["route_in_all_keys"] = {"route_in_max_experts": 1 << 30, "route_in_keys": True}
 # The step's greedy pick made in the graph and fed back in place (model_runner.GREEDY_IN_GRAPH,
-# written in the seventeenth session, off until measured), or an argmax after the graph and a copy
+# written in the seventeenth session, on since the twentieth), or an argmax after the graph and a
+# copy
 VARIANTS["greedy_in_graph"] = {"greedy_in_graph": True}
 # The graph captured for a 131k context, as `gossamer serve` captures it (max_model_len): attention
 # then launches 64 key splits at batch 1 where the benchmark's own graph has 16 at 1k context
-VARIANTS["graph_131k"] = {"graph_max_len": 131072}
-# ... and with its context-bucket graphs (model_runner.CONTEXT_GRAPHS, off until measured): the step
-# at the benchmark's context replays the bucket graph that launches its own split count
+VARIANTS["graph_131k"] = {"graph_max_len": 131072, "context_graphs": False}
+# ... and with its context-bucket graphs (model_runner.CONTEXT_GRAPHS, on since the twentieth
+# session): the step at the benchmark's context replays the bucket graph that launches its own
+# split count
 VARIANTS["context_graphs"] = {"graph_max_len": 131072, "context_graphs": True}
 VARIANTS["greedy_argmax"] = {"greedy_in_graph": False}
-# ... and the inputs advanced in the graph (model_runner.ADVANCE_IN_GRAPH, nineteenth session, off
-# until measured): the fed step then uploads nothing
+# ... and the inputs advanced in the graph (model_runner.ADVANCE_IN_GRAPH, nineteenth session, on
+# since the twentieth): the fed step then uploads nothing; no_advance: the pick alone
 VARIANTS["advance_in_graph"] = {"greedy_in_graph": True, "advance_in_graph": True}
+VARIANTS["no_advance"] = {"greedy_in_graph": True, "advance_in_graph": False}
 GATE_UP_VARIANTS = {
     "gu_p8w2": {"BLOCK_PAIRS": 8, "num_warps": 2},
     "gu_p8w4": {"BLOCK_PAIRS": 8, "num_warps": 4},

@@ -7,17 +7,17 @@ the device, run. The same buffers back the captured graphs. On the GPU the host 
 and copied without blocking, so filling and launching a step never waits for the one before it
 (engine/overlap.py); `UploadFence` keeps the next fill from rewriting them too early.
 
-Greedy picks in the graph (GREEDY_IN_GRAPH, off until measured): plain-decode graphs also write each
+Greedy picks in the graph (GREEDY_IN_GRAPH, on): plain-decode graphs also write each
 token's argmax into `greedy_ids` (`last_greedy` after a replay). Fed back as the next step's
 `device_input_ids`, they are not copied: the upload writes -1 for those tokens and the embedding
 reads the pick from `greedy_ids` (Ops.embed).
 
-Inputs advanced in the graph (ADVANCE_IN_GRAPH, with GREEDY_IN_GRAPH; off until measured): the
+Inputs advanced in the graph (ADVANCE_IN_GRAPH, with GREEDY_IN_GRAPH; on): the
 batch-1 decode graphs' unembedding, which writes the pick, also moves the step's positions,
 sequence length and slots on by a token (ops.base.DecodeAdvance). StepBuffers knows what the
 device then holds, so the next step, fed its pick in place, uploads nothing (`_upload`).
 
-Context buckets (CONTEXT_GRAPHS, off until measured): graphs of a few tokens (small decode and
+Context buckets (CONTEXT_GRAPHS, on): graphs of a few tokens (small decode and
 verification batches) also get copies captured for shorter contexts than max_model_len
 (`ops.decode_context_bounds`), and a step replays the first whose bound holds its longest sequence,
 so that attention launches the key splits an uncaptured step of that context would.
@@ -60,26 +60,28 @@ MAX_TREE_QUERY_LEN = 63
 # What it would save at batch 1, where the fed step is unembedding -> argmax kernel (+ memset) ->
 # input upload -> copy of the picks into the input buffer -> torch's embedding kernel: 31 us from
 # the unembedding's end to the next step's first norm in the 20b graph (graph_timeline.py, H200,
-# 2026-12-04). Off until measured: written and tested on the CPU only (no GPU was lent after that
-# timeline); its sm_90 build was checked offline (the pick's int64 atomics compile). (env: A/B)
-GREEDY_IN_GRAPH = os.environ.get("GOSSAMER_GREEDY_IN_GRAPH", "0") == "1"
+# 2026-12-04). Measured -12 us a 20b step (fusion_ab greedy_in_graph, H200, 2026-12-05); on since
+# the twentieth session. GOSSAMER_GREEDY_IN_GRAPH=0 turns it (and ADVANCE_IN_GRAPH) off.
+GREEDY_IN_GRAPH = os.environ.get("GOSSAMER_GREEDY_IN_GRAPH", "1") == "1"
 # Graphs of at most CONTEXT_GRAPH_MAX_TOKENS tokens are also captured per context bucket (`ops`'s
 # decode_context_bounds of at least CONTEXT_GRAPH_MIN_LEN), and a step replays the first whose
 # bound holds its longest sequence. Why: attention sizes its key splits by the max_seq_len a graph
 # was captured with, and the server captures at max_model_len (131k: 64 splits at batch 1 where
 # an uncaptured 1k step launches 16); the empty splits exit early, but they are launched, and the
 # in-kernel merge loads all of a power of two of them, masked. Shorter contexts than the minimum
-# keep the smallest bucket; larger batches launch the same splits at every context past it. Off
-# until measured (benchmarks/fusion_ab.py context_graphs against graph_131k and the defaults);
-# GOSSAMER_CONTEXT_GRAPHS=1 turns it on. The token bound caps the copies' float32 logits (8 rows).
-CONTEXT_GRAPHS = os.environ.get("GOSSAMER_CONTEXT_GRAPHS", "0") == "1"
+# keep the smallest bucket; larger batches launch the same splits at every context past it. The
+# 131k graph cost +7 us (20b) / +20 us (120b) a 1k step and the buckets took it back (fusion_ab
+# graph_131k / context_graphs, H200, 2026-12-05); on since the twentieth session,
+# GOSSAMER_CONTEXT_GRAPHS=0 turns it off. The token bound caps the copies' float32 logits (8 rows).
+CONTEXT_GRAPHS = os.environ.get("GOSSAMER_CONTEXT_GRAPHS", "1") == "1"
 # With GREEDY_IN_GRAPH, the batch-1 decode graphs also advance their inputs (ops.base.DecodeAdvance,
 # in the unembedding's last program: no launch of its own), and a step whose inputs the device
 # then holds uploads nothing. What it would save: the upload between two replays, 2.6 us of copy
 # in the 20b timeline (graph_timeline.py, H200, 2026-12-04) with 6.4 us idle between steps in
-# all; at long contexts the step's block tables grow that copy (4 bytes a block a group). Off
-# until measured (written in the nineteenth session; fusion_ab advance_in_graph). (env: A/B)
-ADVANCE_IN_GRAPH = os.environ.get("GOSSAMER_ADVANCE_IN_GRAPH", "0") == "1"
+# all; at long contexts the step's block tables grow that copy (4 bytes a block a group).
+# With the pick in the graph, -21 us a 20b step (-9 us of them this) and -12 us a 120b step
+# (fusion_ab advance_in_graph, H200, 2026-12-05); on since the twentieth session (env 0: off).
+ADVANCE_IN_GRAPH = os.environ.get("GOSSAMER_ADVANCE_IN_GRAPH", "1") == "1"
 CONTEXT_GRAPH_MIN_LEN = 512
 CONTEXT_GRAPH_MAX_TOKENS = 8
 
