@@ -4,6 +4,10 @@
 # end-to-end one; none has GPU tests) are left out of collection rather than failing it. The whole
 # suite took ~8.5 min on the H200 in session 11 (calls 4 and 5, cold Triton cache): give it a
 # call of its own. Extra arguments go to pytest (e.g. -x, --durations=10, a path to narrow it).
+# With pytest-xdist (carried as wheels: benchmarks/runs/session20_call1.sh), `-n 4 --dist loadfile`
+# ran the whole suite in 5.5 min on an H100 (session 20), Triton's cold compiles spread over the
+# machine's cores; but the workers share the GPU, so tests/spec/test_calibrate.py's timing test
+# (batch 16 no faster than batch 1) can fail there: it passed when run alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD
