@@ -66,6 +66,7 @@ class StepBuffers:
         # how many (None: not known)
         self.on_device = np.zeros(size, dtype=np.uint8) if track_device else None
         self._device_holds: tuple[Layout, int] | None = None
+        self._held_views: dict[Layout, dict[str, torch.Tensor]] = {}  # of on_device, by layout
         self.num_skipped = 0  # uploads left out: the device held the step's bytes
 
     def _fields(self, tokens: int, seqs: int) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
@@ -156,7 +157,11 @@ class StepBuffers:
                       held["block_tables"][:, :, :known], block_size).apply()  # fmt: skip
 
     def _device_views(self, tokens: int, seqs: int) -> dict[str, torch.Tensor]:
-        return self._carve(torch.from_numpy(self.on_device), tokens, seqs)
+        # (carved once a layout: carving costs about as much as the advance itself)
+        layout = (tokens, seqs)
+        if layout not in self._held_views:
+            self._held_views[layout] = self._carve(torch.from_numpy(self.on_device), tokens, seqs)
+        return self._held_views[layout]
 
 
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
