@@ -7,7 +7,7 @@
 # With pytest-xdist (carried as wheels: benchmarks/runs/session20_call1.sh), `-n 4 --dist loadfile`
 # ran the whole suite in 5.5 min on an H100 (session 20), Triton's cold compiles spread over the
 # machine's cores; but the workers share the GPU, so tests/spec/test_calibrate.py's timing test
-# (batch 16 no faster than batch 1) can fail there: it passed when run alone.
+# (batch 16 no faster than batch 1) failed there; re-run it alone before reading it as a bug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD
