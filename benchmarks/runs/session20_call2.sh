@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 20, call 2 (call 1 ran on an H100: the whole GPU suite with the three batch-1 switches
-# on, in 4 xdist workers, passed but for tests/spec/test_calibrate.py's timing test, whose batch-1
-# step read 0.62 ms against 0.26 at batch 4, likely other workers' kernels sharing the GPU).
-# The switches are on by default in this tree. (1) That test alone, serially, switches on (and
-# off if it fails); (2) throughput.py, 120b, C=64 (defaults); (3) v2's mma.sync K order A/B on
-# one 120b MoE layer at 64 tokens; (4) v2's GPU tests. (Reordered after two refused calls: what
-# matters most first.)
+# Session 20, call 2: NOT RUN (every later call was refused: no machine could be started); the
+# next session's first call. Call 1 ran on an H100: the whole GPU suite with the three batch-1
+# switches on, in 4 xdist workers, passed but for tests/spec/test_calibrate.py's timing test, whose
+# batch-1 step read 0.62 ms against 0.26 at batch 4, likely other workers' kernels sharing the GPU.
+# The switches are on by default now. (1) That test alone, serially, switches on (and off if it
+# fails); (2) throughput.py, 120b, C=64 (defaults); (3) v2's mma.sync K order A/B on one 120b MoE
+# layer at 64 tokens; (4) v2's GPU tests. ~7.5 min.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s20c2; mkdir -p $R
