@@ -10,6 +10,10 @@ between rounds, not inside them.
 
     python benchmarks/upload_cost.py [--batch-sizes 1,8,64] [--context 1024] [--rounds 5]
 
+Then, at batch 1, the host time of `StepBuffers.advanced` (model_runner.ADVANCE_IN_GRAPH: the
+host's copy of the device's inputs moved on a token after each replay) with its views of that
+copy carved once a layout (now), and carved anew every step (before the twentieth session).
+
 (`--device cpu` runs it without a GPU: copies are then plain memcpys, for a smoke test.)
 """
 
@@ -74,6 +78,24 @@ def host_us(upload, tokens: int, seqs: int, width: int, calls: int, device) -> f
     return statistics.median(samples)
 
 
+def advance_us(calls: int, context: int, max_blocks: int, carve_each_step: bool) -> float:
+    """Host microseconds of one batch-1 `StepBuffers.advanced` (median of 5 batches of calls)."""
+    buffers = StepBuffers(1, 1, GROUPS, max_blocks, torch.device("cpu"), track_device=True)
+    host, _ = buffers.views(1, 1)
+    host["positions"][0], host["seq_lens"][0] = context, context + 1
+    host["slot_mapping"][:, 0] = context
+    host["block_tables"][:, 0, :] = range(max_blocks)
+    buffers.upload(1, 1, -(-(context + calls * 5) // BLOCK_SIZE))
+    on_device = torch.from_numpy(buffers.on_device)
+
+    def step(*_) -> None:
+        if carve_each_step:  # what _device_views did before it kept its views
+            buffers._carve(on_device, 1, 1)
+        buffers.advanced(1, 1, BLOCK_SIZE)
+
+    return host_us(step, 1, 1, 0, calls, torch.device("cpu"))
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -111,10 +133,25 @@ def main() -> None:
         print(
             f"batch {batch:4d}: per input {row['per_input_us']:6.1f} us, one copy {row['one_copy_us']:6.1f} us per upload (host)"
         )
+    blocks = -(-args.context // BLOCK_SIZE) + args.calls  # room for 5 x calls tokens
+    advance = {
+        f"{name}_us": statistics.median(
+            advance_us(args.calls, args.context, blocks, each) for _ in range(args.rounds)
+        )
+        for name, each in (("advance_views_kept", False), ("advance_views_carved", True))
+    }
+    print(
+        f"advance, batch 1: views kept {advance['advance_views_kept_us']:6.1f} us, carved each "
+        f"step {advance['advance_views_carved_us']:6.1f} us (host)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-            json.dump({"gpu": name, "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump(
+                {"gpu": name, "torch": torch.__version__, "rows": rows, "advance": advance},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ def test_both_ways_upload_the_step_and_the_report_has_every_batch(
     argv += ["--calls", "3", "--max-tokens", "16", "--max-seqs", "4", "--max-model-len", "256"]
     monkeypatch.setattr(sys, "argv", [*argv, "--context", "64", "--json", str(out)])
     bench.main()
-    rows = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    rows = report["rows"]
     assert [row["batch"] for row in rows] == [1, 4]
     assert all(row["per_input_us"] > 0 and row["one_copy_us"] > 0 for row in rows)
+    assert set(report["advance"]) == {"advance_views_kept_us", "advance_views_carved_us"}
+    assert all(us > 0 for us in report["advance"].values())
