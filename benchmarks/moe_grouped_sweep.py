@@ -35,12 +35,21 @@ STAGES = [2, 3, 4]
 WARPS = [4, 8]
 
 
-def sweep_configs() -> list[dict]:
+def sweep_configs(tiles=TILES, stages=STAGES, warps=WARPS) -> list[dict]:
     return [
-        {"REP": rep, "GROUPS_PER_STEP": groups, "NUM_STAGES": stages, "SCALE_PREFETCH": 1,
-         "num_warps": warps}
-        for (rep, groups), stages, warps in itertools.product(TILES, STAGES, WARPS)
+        {"REP": rep, "GROUPS_PER_STEP": groups, "NUM_STAGES": stage, "SCALE_PREFETCH": 1,
+         "num_warps": warp}
+        for (rep, groups), stage, warp in itertools.product(tiles, stages, warps)
     ]  # fmt: skip
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t]
+
+
+def _tiles(text: str) -> list[tuple[int, int]]:
+    """Tiles written "1x4,2x4" -> [(1, 4), (2, 4)]: (REP, GROUPS_PER_STEP) pairs."""
+    return [tuple(int(n) for n in t.split("x")) for t in text.split(",") if t]
 
 
 def time_layer(
@@ -71,13 +80,14 @@ def _print(row: dict, label: str) -> None:
           f"  {row['pct_floor']:5.1f}%  ok={row['ok']}", flush=True)  # fmt: skip
 
 
-def sweep(experts, tokens: int, which: str, bw: float) -> list[dict]:
+def sweep(experts, tokens: int, which: str, bw: float, args) -> list[dict]:
     rows = []
-    for cfg in sweep_configs():
-        gate_up = cfg if which == "gate_up" else moe.GROUPED_V2_GATE_UP
-        down = cfg if which == "down" else moe.GROUPED_V2_DOWN
+    base_gu, base_dn = _defaults(args.block_m)
+    for cfg in sweep_configs(_tiles(args.tiles), _ints(args.stages), _ints(args.sweep_warps)):
+        gate_up = cfg if which == "gate_up" else base_gu
+        down = cfg if which == "down" else base_dn
         try:
-            row = time_layer(experts, tokens, gate_up, down, bw)
+            row = time_layer(experts, tokens, gate_up, down, bw, args.block_m)
         except Exception as exc:  # noqa: BLE001 -- a config that fails to compile is a result
             print(f"T={tokens} {which} {_name(cfg)} failed: {type(exc).__name__}: {exc}"[:300])
             torch.cuda.synchronize()
@@ -86,6 +96,13 @@ def sweep(experts, tokens: int, which: str, bw: float) -> list[dict]:
         _print(row, f"{which} {_name(cfg)}")
         rows.append(row)
     return rows
+
+
+def _defaults(block_m: int | None) -> tuple[dict, dict]:
+    """The configs moe_mxfp4_grouped_v2 takes at this M-tile (None: the plain defaults)."""
+    if block_m is None:
+        return moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN
+    return moe.v2_configs(block_m)
 
 
 def best(rows: list[dict], which: str) -> dict:
@@ -102,6 +119,19 @@ def main() -> None:
                         help="instead of the sweep: the defaults and --warps at each BLOCK_M "
                              "(comma-separated) at --tokens and each --confirm count")  # fmt: skip
     parser.add_argument("--warps", default="4,8", help="num_warps tried with --block-ms")
+    parser.add_argument(
+        "--block-m",
+        type=int,
+        default=None,
+        help="the sweep's M-tile (default: what the kernel picks per count)",
+    )
+    parser.add_argument(
+        "--tiles",
+        default=",".join(f"{r}x{g}" for r, g in TILES),
+        help="REPxGROUPS_PER_STEP pairs the sweep tries",
+    )
+    parser.add_argument("--stages", default=",".join(map(str, STAGES)))
+    parser.add_argument("--sweep-warps", default=",".join(map(str, WARPS)))
     parser.add_argument("--sync-ab", action="store_true",
                         help="instead of the sweep: tiles of 8 rows with and without "
                              "moe_mxfp4.V2_SYNC_ORDER, 2 and 3 stages, at --tokens and --confirm")  # fmt: skip
@@ -117,17 +147,19 @@ def main() -> None:
     if args.sync_ab:
         write(args, {"copy_bandwidth_bytes_s": bw, "sync_rows": sync_rows(experts, args, bw)})
         return
-    default = time_layer(experts, args.tokens, moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN, bw)
+    base_gu, base_dn = _defaults(args.block_m)
+    default = time_layer(experts, args.tokens, base_gu, base_dn, bw, args.block_m)
     _print(default, "defaults")
-    rows = sweep(experts, args.tokens, "gate_up", bw) + sweep(experts, args.tokens, "down", bw)
+    rows = sweep(experts, args.tokens, "gate_up", bw, args)
+    rows += sweep(experts, args.tokens, "down", bw, args)
     chosen = {"gate_up": best(rows, "gate_up"), "down": best(rows, "down")}
     confirm = []
     for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
         for label, gu, dn in (
-            ("defaults", moe.GROUPED_V2_GATE_UP, moe.GROUPED_V2_DOWN),
+            ("defaults", base_gu, base_dn),
             ("best", chosen["gate_up"], chosen["down"]),
         ):
-            row = time_layer(experts, tokens, gu, dn, bw) | {"label": label}
+            row = time_layer(experts, tokens, gu, dn, bw, args.block_m) | {"label": label}
             _print(row, f"{label}: {_name(gu)} / {_name(dn)}")
             confirm.append(row)
     write(args, {"copy_bandwidth_bytes_s": bw, "defaults": default, "sweep": rows,
@@ -154,7 +186,7 @@ def block_m_rows(experts, args, bw: float) -> list[dict]:
 
 
 def sync_rows(experts, args, bw: float) -> list[dict]:
-    """BLOCK_M 8 on V2_WARPS[8] warps, the K order of v2 (wgmma's) against the mma.sync one
+    """BLOCK_M 8 with its default tile (V2_TILE_CHANGES[8]), the K order of v2 (wgmma's) against the mma.sync one
     (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale shuffles), each at
     2 and 3 pipeline stages; the rounds interleave the four."""
     rows, saved = [], moe.V2_SYNC_ORDER
@@ -163,8 +195,7 @@ def sync_rows(experts, args, bw: float) -> list[dict]:
             for _ in range(2):  # two rounds
                 for sync, stages in itertools.product((False, True), (3, 2)):
                     moe.V2_SYNC_ORDER = sync
-                    changes = {"NUM_STAGES": stages, "num_warps": moe.V2_WARPS[8]}
-                    gu, dn = moe.GROUPED_V2_GATE_UP | changes, moe.GROUPED_V2_DOWN | changes
+                    gu, dn = (c | {"NUM_STAGES": stages} for c in moe.v2_configs(8))
                     row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
                     _print(row, f"BLOCK_M 8 sync={int(sync)} s{stages}")
                     rows.append(row)

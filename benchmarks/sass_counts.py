@@ -187,9 +187,9 @@ def main() -> None:
     if args.skip_grouped:
         return
     grouped_v1(16)
-    # BLOCK_M 8 on V2_WARPS[8] warps: v2's tile at 64 tokens of 120b (twice the mean pairs an
+    # BLOCK_M 8 with V2_TILE_CHANGES[8]: v2's tile at 64 tokens of 120b (twice the mean pairs an
     # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER)
-    eight = {"num_warps": moe.V2_WARPS[8]}
+    eight = moe.V2_TILE_CHANGES[8]
     v2_cases = [(8, eight), (8, eight | {"NUM_STAGES": 2}), (8, eight | {"SYNC": True}),
                 (8, eight | {"SYNC": True, "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}),
                 (16, {"REP": 2}), (32, {})]  # fmt: skip

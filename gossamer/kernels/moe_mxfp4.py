@@ -2283,7 +2283,7 @@ def _block_m(num_pairs: int, num_experts: int) -> int:
 
 
 def _v2_block_m(num_pairs: int, num_experts: int) -> int:
-    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 (see V2_WARPS)."""
+    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 (see V2_TILE_CHANGES)."""
     mean = triton.cdiv(num_pairs, num_experts)
     return max(V2_MIN_BLOCK_M, min(SWAP_AB_MAX_BLOCK_M, 2 * triton.next_power_of_2(mean)))
 
@@ -2441,14 +2441,30 @@ GROUPED_V2_GATE_UP = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PR
                       "num_warps": 8}  # fmt: skip
 GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
                    "num_warps": 8}  # fmt: skip
-# v2's M-tile: twice the mean pairs an expert, 8..32 rows (`_v2_block_m`), on V2_WARPS[rows] warps
-# unless a config says otherwise. 8 rows compile the MMA column tile to mma.sync instead of wgmma:
+# v2's M-tile: twice the mean pairs an expert, 8..32 rows (`_v2_block_m`), with V2_TILE_CHANGES[rows]
+# applied to both kernels' configs unless a config is passed. 8 rows compile the MMA column tile to mma.sync instead of wgmma:
 # 3.88 instructions a weight offline against 4.17 (sm_90 SASS, triton 3.6, the default tile).
 # Measured on the H200 (2026-12-04, moe_grouped_sweep.py --block-ms 8,16,32 --warps 4,8, one 120b
 # layer, us), the chosen tile first, the previous default (16 rows or the mean, 8 warps) second:
 # 64 tokens 589 / 658, 128 689 / 739, 256 742 / 783, 512 952 / 1074, 1024 1380 (unchanged).
+# Steps of 8 scale groups at 8 rows: swept on an H100 (2026-12-05, moe_grouped_sweep.py
+# --block-m 8, one 120b layer): 735 -> 630 us at 64 tokens, 547 -> 473 at 32, 845 -> 732 at 128
+# (16 groups, or 8 warps, or 4-5 stages were slower; at 256 tokens and 16 rows 8 groups were
+# not faster). GOSSAMER_V2_M8_GROUPS=4 restores the previous tile.
 V2_MIN_BLOCK_M = 8
-V2_WARPS = {8: 4, 16: 4, 32: 8}
+V2_TILE_CHANGES = {
+    8: {"num_warps": 4, "GROUPS_PER_STEP": int(os.environ.get("GOSSAMER_V2_M8_GROUPS", "8"))},
+    16: {"num_warps": 4},
+    32: {"num_warps": 8},
+}
+
+
+def v2_configs(block_m: int) -> tuple[dict, dict]:
+    """v2's (gate_up, down) configs for M-tiles of block_m rows."""
+    changes = V2_TILE_CHANGES.get(block_m, {})
+    return GROUPED_V2_GATE_UP | changes, GROUPED_V2_DOWN | changes
+
+
 # Below 16 rows (mma.sync) Triton 3.6 lays the weights' dot operand out in runs of 4 K positions a
 # thread, not wgmma's 2, so in the order above a thread's words come from two scale groups: its
 # words reach registers as 8 four-byte shared-memory loads a step and its scales through shuffles
@@ -2837,9 +2853,9 @@ def moe_mxfp4_grouped_v2(
     num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
     num_pairs = num_tokens * top_k
     block_m = block_m or _v2_block_m(num_pairs, num_experts)
-    warps = {"num_warps": V2_WARPS[block_m]} if block_m in V2_WARPS else {}
-    gu = dict(gate_up_config or GROUPED_V2_GATE_UP | warps)
-    dn = dict(down_config or GROUPED_V2_DOWN | warps)
+    default_gu, default_dn = v2_configs(block_m)
+    gu = dict(gate_up_config or default_gu)
+    dn = dict(down_config or default_dn)
     for name, config in (("gate_up", gu), ("down", dn)):
         if config["GROUPS_PER_STEP"] % 4:
             raise MoEShapeError(f"v2 {name} needs GROUPS_PER_STEP % 4 == 0, got {config}")

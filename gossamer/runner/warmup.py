@@ -178,7 +178,7 @@ def moe_launch_shape(moe: MoEShape) -> Callable[[int], tuple]:
             return ("gemv",)
         if moe.mxfp4 and pairs <= moe_mxfp4.GROUPED_GEMV_MAX_PAIRS:
             return ("grouped_gemv", moe_grouped_gemv.default_block_m(pairs, moe.num_experts))
-        if moe.mxfp4 and moe_mxfp4.GROUPED_V2:  # its warps follow the M-tile (V2_WARPS)
+        if moe.mxfp4 and moe_mxfp4.GROUPED_V2:  # its tile follows the M-tile (V2_TILE_CHANGES)
             return ("grouped_v2", moe_mxfp4._v2_block_m(pairs, moe.num_experts))
         return ("grouped", moe_mxfp4._block_m(pairs, moe.num_experts))
 

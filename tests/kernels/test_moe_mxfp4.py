@@ -398,6 +398,16 @@ def test_grouped_v2_tiles_of_8_rows(moe):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+def test_grouped_v2_default_tile_of_8_rows(moe):
+    """No configs passed at BLOCK_M 8: the kernels take v2_configs(8) (steps of 8 groups): 9
+    groups of gate_up (a step and a partial one) and 5 of down (only the partial one)."""
+    assert moe.v2_configs(8)[0]["GROUPS_PER_STEP"] == moe.V2_TILE_CHANGES[8]["GROUPS_PER_STEP"]
+    experts = _experts(8, 288, 160, seed=8)
+    x, logits = _inputs(11, 288, 8, seed=9)
+    out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, block_m=8)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
 @pytest.mark.parametrize(
     "hidden,inter,tokens,changes",
     [
@@ -725,11 +735,11 @@ def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
     x, logits = _inputs_120b(tokens, seed=410 + tokens)
     args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
-    for stages in (2, 3):  # on V2_WARPS[8] warps, as the defaults take tiles of 8 rows
-        changes = {"NUM_STAGES": stages, "num_warps": moe_mxfp4.V2_WARPS[8]}
+    gate_up, down = moe_mxfp4.v2_configs(8)  # the defaults' tile at 8 rows
+    for stages in (2, 3):
         configs = {
-            "gate_up_config": moe_mxfp4.GROUPED_V2_GATE_UP | changes,
-            "down_config": moe_mxfp4.GROUPED_V2_DOWN | changes,
+            "gate_up_config": gate_up | {"NUM_STAGES": stages},
+            "down_config": down | {"NUM_STAGES": stages},
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
 
