@@ -110,7 +110,8 @@ def calls_per_graph(tokens: int) -> int:
     return 32 if tokens <= 16 else (8 if tokens <= 64 else 2)
 
 
-# The grouped v2 kernels (moe_mxfp4.GROUPED_V2_*) with these changes to both configs.
+# The grouped v2 kernels with these changes to both configs (the defaults the kernel takes at
+# the call's M-tile: moe_mxfp4.v2_configs).
 V2_VARIANTS = {
     "grouped_v2": {},
     "grouped_v2_sync_scales": {"SCALE_PREFETCH": 0},
@@ -122,19 +123,21 @@ V2_VARIANTS = {
 def path_fn(path: str, experts: ExpertWeights):
     """(x, router_logits) -> MoE output through one path."""
     if path in V2_VARIANTS:
-        configs = {
-            "gate_up_config": moe.GROUPED_V2_GATE_UP | V2_VARIANTS[path],
-            "down_config": moe.GROUPED_V2_DOWN | V2_VARIANTS[path],
-        }
-        return lambda x, lg: moe.moe_mxfp4_grouped_v2(
-            x, lg, experts, TOP_K, LIMIT, ALPHA, **configs
-        )
+        return lambda x, lg: v2_call(x, lg, experts, V2_VARIANTS[path])
     experts = experts_for(path, experts)
     return {
         "decode": lambda x, lg: moe.moe_mxfp4_decode(x, lg, experts, TOP_K, LIMIT, ALPHA),
         "decode_fp16": lambda x, lg: moe.moe_mxfp4_decode_fp16(x, lg, experts, TOP_K, LIMIT, ALPHA),
         "grouped": lambda x, lg: moe.moe_mxfp4_grouped(x, lg, experts, TOP_K, LIMIT, ALPHA),
     }[path]
+
+
+def v2_call(x, logits, experts: ExpertWeights, changes: dict):
+    """Grouped v2 with `changes` to the configs it would take at this call's M-tile."""
+    block_m = moe._v2_block_m(x.shape[0] * TOP_K, logits.shape[1])
+    gate_up, down = moe.v2_configs(block_m)
+    return moe.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K, LIMIT, ALPHA,
+                                    gate_up_config=gate_up | changes, down_config=down | changes)  # fmt: skip
 
 
 def experts_for(path: str, experts: ExpertWeights) -> ExpertWeights:
@@ -245,6 +248,7 @@ def main() -> None:
             "GROUPED_DOWN": moe.GROUPED_DOWN,
             "GROUPED_V2_GATE_UP": moe.GROUPED_V2_GATE_UP,
             "GROUPED_V2_DOWN": moe.GROUPED_V2_DOWN,
+            "V2_TILE_CHANGES": {str(rows): c for rows, c in moe.V2_TILE_CHANGES.items()},
         },
         "paths": [],
         "kernels_t1": [],
