@@ -11,3 +11,8 @@ TAILN=12 step tp120_c64 330 python3 benchmarks/throughput.py --input-len 1024 --
 if grep -q H200 $R/gpu.txt; then
   TAILN=14 step decode_b1 250 python3 benchmarks/decode_speed.py --models gpt-oss-120b,gpt-oss-20b --contexts 1024,8192 --batch-sizes 1 --steps 64 --json $R/decode_b1.json
 fi
+# It ran on an H100, whose default KV cache (1.33 GiB beside 60.77 GiB of weights) did not fit the
+# 64 requests (29 preemptions). Two later calls on the same warm machine, logs beside this one's:
+# python3 benchmarks/throughput.py --input-len 1024 --models gpt-oss-120b --concurrency 64 \
+#   --output-len 1024 --kv-cache-gib 10 --json tp120_c64_kv10.json
+# GOSSAMER_V2_M8_GROUPS=4 python3 benchmarks/throughput.py ... --json tp120_c64_kv10_g4.json
