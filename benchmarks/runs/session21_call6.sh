@@ -13,7 +13,7 @@ from throughput import load_dummy
 from gossamer.engine.core import kv_cache_bytes, GiB
 logging.basicConfig(level=logging.INFO)
 print("copy", copy_bandwidth() / 1e12, "TB/s")
-load_dummy("gpt-oss-120b", 2048)
+loaded = load_dummy("gpt-oss-120b", 2048)  # kept alive, as the engine keeps it
 free, total = torch.cuda.mem_get_info()
 print(f"free {free / GiB:.2f} total {total / GiB:.2f} reserved {torch.cuda.memory_reserved() / GiB:.2f} "
       f"allocated {torch.cuda.memory_allocated() / GiB:.2f} GiB")
