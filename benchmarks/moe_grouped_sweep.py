@@ -186,9 +186,9 @@ def block_m_rows(experts, args, bw: float) -> list[dict]:
 
 
 def sync_rows(experts, args, bw: float) -> list[dict]:
-    """BLOCK_M 8 with its default tile (V2_TILE_CHANGES[8]), the K order of v2 (wgmma's) against the mma.sync one
-    (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale shuffles), each at
-    2 and 3 pipeline stages; the rounds interleave the four."""
+    """BLOCK_M 8 with its default tile (V2_TILE_CHANGES[8]), the K order of v2 (wgmma's) against
+    the mma.sync one (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale
+    shuffles), each at 2 and 3 pipeline stages; the rounds interleave the four."""
     rows, saved = [], moe.V2_SYNC_ORDER
     try:
         for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:

@@ -2283,7 +2283,8 @@ def _block_m(num_pairs: int, num_experts: int) -> int:
 
 
 def _v2_block_m(num_pairs: int, num_experts: int) -> int:
-    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 (see V2_TILE_CHANGES)."""
+    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 (their configs:
+    `v2_configs`)."""
     mean = triton.cdiv(num_pairs, num_experts)
     return max(V2_MIN_BLOCK_M, min(SWAP_AB_MAX_BLOCK_M, 2 * triton.next_power_of_2(mean)))
 
@@ -2441,9 +2442,10 @@ GROUPED_V2_GATE_UP = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PR
                       "num_warps": 8}  # fmt: skip
 GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
                    "num_warps": 8}  # fmt: skip
-# v2's M-tile: twice the mean pairs an expert, 8..32 rows (`_v2_block_m`), with V2_TILE_CHANGES[rows]
-# applied to both kernels' configs unless a config is passed. 8 rows compile the MMA column tile to mma.sync instead of wgmma:
-# 3.88 instructions a weight offline against 4.17 (sm_90 SASS, triton 3.6, the default tile).
+# v2's M-tile: twice the mean pairs an expert, 8..32 rows (`_v2_block_m`), V2_TILE_CHANGES[rows]
+# applied to both kernels' configs unless a config is passed. 8 rows compile the MMA column tile
+# to mma.sync instead of wgmma: 3.88 instructions a weight offline against 4.17 (sm_90 SASS,
+# triton 3.6, the default tile).
 # Measured on the H200 (2026-12-04, moe_grouped_sweep.py --block-ms 8,16,32 --warps 4,8, one 120b
 # layer, us), the chosen tile first, the previous default (16 rows or the mean, 8 warps) second:
 # 64 tokens 589 / 658, 128 689 / 739, 256 742 / 783, 512 952 / 1074, 1024 1380 (unchanged).
