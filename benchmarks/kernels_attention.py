@@ -2,11 +2,14 @@
 
     python benchmarks/kernels_attention.py          # prints a table; writes $OUT/kernels_attention.json
     python benchmarks/kernels_attention.py --min-split-keys 64,128,256,512 [--graph-max-len 131072]
+    python benchmarks/kernels_attention.py --sweep-batch --batch-sizes 64 --contexts 1024,2048 \
+        --num-splits auto,1,2,4,8 --block-n 32,64 --warps 2,4 --stages 2,3
 
 The second form sweeps the decode launch's keys-per-split minimum (attention.DECODE_MIN_SPLIT_KEYS)
 at batch 1 and 8 (1k and 8k context, full and sliding layers); --graph-max-len launches as a graph
 captured for that context would (max_seq_len = it; the real lengths stay 1k / 8k), as the engine's
-decode graphs do.
+decode graphs do. The third sweeps the decode launch itself (key splits, keys per iteration, warps,
+pipeline stages; "auto" keeps the heuristic) at larger batches, full and sliding layers.
 
 Decode rows: batch 1 and 64 at 1k and 8k context, full and sliding (window 128) layers. Each row is
 timed like the model runs it: one CUDA graph holding the op on `layers` different layer caches (so
@@ -19,6 +22,7 @@ torch reference (`ok` column). Prefill rows: one 1k-token prompt, and a 1k chunk
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -53,6 +57,7 @@ class Row:
     ok: bool | None
     min_split_keys: int | None = None  # the decode launch's override (sweep rows)
     launch_max_len: int | None = None  # max_seq_len the launch was sized for, if not the context
+    launch: str | None = None  # the batch sweep's launch overrides (splits, block_n, warps, stages)
 
     def line(self) -> str:
         pct = 100 * self.floor_us / self.us if self.us else 0.0
@@ -61,6 +66,8 @@ class Row:
         sweep = ""
         if self.min_split_keys is not None:
             sweep = f" min_split_keys={self.min_split_keys} launch_max_len={self.launch_max_len}"
+        if self.launch is not None:
+            sweep += f" {self.launch}"
         return (
             f"{self.kind:8s} {self.layer:7s} {self.batch:5d} {self.context:6d} {self.query_len:5d} "
             f"{self.us:9.1f} {self.floor_us:9.1f} {pct:5.0f}% {tb_s:6.2f} {self.tflops:7.1f} {ok}"
@@ -133,7 +140,10 @@ def bench_attention(
     bw: float,
     min_split_keys: int | None = None,
     launch_max_len: int | None = None,
+    launch: dict | None = None,
 ) -> Row:
+    """One row. `launch` (batch sweep): num_splits / block_n for paged_attention (None: its
+    heuristics) and warps / stages for the decode launch (set on the module while timing)."""
     keys, pairs = visible_pairs(seqs, window)
     num_tokens = sum(query_len for query_len, _ in seqs)
     elem = torch.finfo(DTYPE).bits // 8
@@ -144,23 +154,32 @@ def bench_attention(
     q, kv_cache, metadata, sinks = make_inputs(seqs, window, num_layers)
     scale = HEAD_DIM**-0.5
 
+    launch = launch or {}
+
     def one_layer(layer: int) -> torch.Tensor:
-        if min_split_keys is None and launch_max_len is None:
+        if min_split_keys is None and launch_max_len is None and not launch:
             return kernels.attention(q, kv_cache[layer], metadata, 0, sinks, scale, window)
         return kernels.paged_attention(
             q, kv_cache[layer], metadata.query_start_loc, metadata.seq_lens,
             metadata.block_tables[0], metadata.max_query_len,
             launch_max_len or metadata.max_seq_len, sinks, scale, window,
-            min_split_keys=min_split_keys,
+            min_split_keys=min_split_keys, num_splits=launch.get("splits"),
+            block_n=launch.get("block_n"),
         )  # fmt: skip
 
-    out = one_layer(0)
-    expected = TorchOps().attention(q, kv_cache[0], metadata, 0, sinks, scale, window)
-    ok = bool(torch.allclose(out.float(), expected.float(), atol=2e-2, rtol=2e-2))
-    del expected
-    seconds = graph_seconds_per_call(
-        [lambda i=i: one_layer(i) for i in range(num_layers)], repeats=20
-    )
+    defaults = kernels.DECODE_NUM_WARPS, kernels.DECODE_NUM_STAGES
+    kernels.DECODE_NUM_WARPS = launch.get("warps") or defaults[0]
+    kernels.DECODE_NUM_STAGES = launch.get("stages") or defaults[1]
+    try:
+        out = one_layer(0)
+        expected = TorchOps().attention(q, kv_cache[0], metadata, 0, sinks, scale, window)
+        ok = bool(torch.allclose(out.float(), expected.float(), atol=2e-2, rtol=2e-2))
+        del expected
+        seconds = graph_seconds_per_call(
+            [lambda i=i: one_layer(i) for i in range(num_layers)], repeats=20
+        )
+    finally:
+        kernels.DECODE_NUM_WARPS, kernels.DECODE_NUM_STAGES = defaults
     return Row(
         kind=kind,
         layer="full" if window is None else "sliding",
@@ -174,6 +193,7 @@ def bench_attention(
         ok=ok,
         min_split_keys=min_split_keys,
         launch_max_len=launch_max_len,
+        launch=" ".join(f"{k}={v}" for k, v in launch.items()) if launch else None,
     )
 
 
@@ -207,6 +227,28 @@ def sweep_cases(min_split_keys: list[int], launch_max_len: int | None) -> list[t
     return cases
 
 
+def batch_sweep_cases(args) -> list[tuple]:
+    """(kind, seqs, window, None, None, launch) of the batch sweep: every combination of the
+    listed launch overrides ("auto": the heuristic's own choice) at each batch and context."""
+
+    def values(text: str) -> list[int | None]:
+        return [None if v == "auto" else int(v) for v in text.split(",")]
+
+    cases = []
+    for batch in values(args.batch_sizes):
+        for context in values(args.contexts):
+            for window in (None, WINDOW):
+                for splits, block_n, warps, stages in itertools.product(
+                    values(args.num_splits), values(args.block_n), values(args.warps),
+                    values(args.stages),
+                ):  # fmt: skip
+                    launch = {"splits": splits, "block_n": block_n, "warps": warps,
+                              "stages": stages}  # fmt: skip
+                    launch = {k: v for k, v in launch.items() if v is not None}
+                    cases.append(("decode", [(1, context)] * batch, window, None, None, launch))
+    return cases
+
+
 def default_cases() -> list[tuple]:
     cases = []
     for batch in (1, 64):
@@ -232,6 +274,17 @@ def main() -> None:
         default=None,
         help="size the sweep's launches for this max_seq_len (engine graphs)",
     )
+    parser.add_argument(
+        "--sweep-batch",
+        action="store_true",
+        help="decode launches at --batch-sizes x --contexts, over the launch overrides below",
+    )
+    parser.add_argument("--batch-sizes", default="64")
+    parser.add_argument("--contexts", default="1024,2048")
+    parser.add_argument("--num-splits", default="auto", help='e.g. "auto,1,2,4,8"')
+    parser.add_argument("--block-n", default="auto", help='keys per iteration, e.g. "32,64,128"')
+    parser.add_argument("--warps", default="auto")
+    parser.add_argument("--stages", default="auto")
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -242,8 +295,10 @@ def main() -> None:
     )
     print(HEADER)
     rows: list[Row] = []
-    sweep = args.min_split_keys is not None
-    if sweep:
+    sweep = args.min_split_keys is not None or args.sweep_batch
+    if args.sweep_batch:
+        cases = batch_sweep_cases(args)
+    elif sweep:
         keys = [int(k) for k in args.min_split_keys.split(",")]
         cases = sweep_cases(keys, args.graph_max_len)
     else:
@@ -267,6 +322,8 @@ def main() -> None:
             "rows": [asdict(row) for row in rows],
         }
         name = "kernels_attention_splits.json" if sweep else "kernels_attention.json"
+        if args.sweep_batch:
+            name = "kernels_attention_batch.json"
         path = Path(out_dir) / name
         path.write_text(json.dumps(result, indent=2))
         print(f"# wrote {path}")

@@ -117,6 +117,10 @@ COUNTER_SLOTS = 16384
 MERGE_CHUNK = tl.constexpr(128)
 MERGE_UNROLL = tl.constexpr(int(os.environ.get("GOSSAMER_ATTN_MERGE_UNROLL", "2048")))
 DECODE_BLOCK_N = 64  # keys per loop iteration (64 keys x 64 dims x 2 bytes = 8 KB of K, 8 KB of V)
+# Decode launches' warps and pipeline stages (benchmarks/kernels_attention.py --sweep-batch sets
+# them for A/B runs).
+DECODE_NUM_WARPS = 4
+DECODE_NUM_STAGES = 3
 PREFILL_BLOCK_N = 64
 PREFILL_ROWS = 128  # query rows (tokens x GQA heads) per prefill tile
 LOG2E = 1.4426950408889634
@@ -813,8 +817,8 @@ def paged_attention(
         ROPE_KV=new_kv is not None,
         EARLY_KV=EARLY_KV and new_kv is not None,
         PREFETCH_NEXT=PREFETCH_NEXT_KV and decode,
-        num_warps=4 if decode else 8,
-        num_stages=3 if decode else 2,
+        num_warps=DECODE_NUM_WARPS if decode else 8,
+        num_stages=DECODE_NUM_STAGES if decode else 2,
         **pdl.launch_options(q.device),
     )
     if split and not merge:

@@ -42,6 +42,8 @@ exit at once.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -481,10 +483,51 @@ def _schedule_kernel(
         placed += tl.sum(onehot, axis=0)
 
 
+@triton.jit(do_not_specialize=["num_pairs"])
+def _schedule_sort_kernel(
+    ids_ptr,  # as _schedule_kernel's arguments
+    sorted_pairs_ptr,
+    counts_ptr,
+    offsets_ptr,
+    tile_ends_ptr,
+    num_pairs,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+    SORT_P: tl.constexpr,  # a power of two >= num_pairs
+    PDL: tl.constexpr = False,
+):
+    """_schedule_kernel with the placement pass replaced by one sort of (expert, pair) keys: the
+    counts still come from one-hot tiles (sums only), the sorted rows from tl.sort, whose
+    compare-exchange stages need no [CHUNK, E] scan."""
+    expert = tl.arange(0, E_P2)
+    pdl.wait(PDL)
+    counts = tl.zeros([E_P2], tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        pair = start + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
+        counts += tl.sum((ids[:, None] == expert[None, :]).to(tl.int32), axis=0)
+    real = expert < E
+    tl.store(counts_ptr + expert, counts, mask=real)
+    tl.store(offsets_ptr + expert, tl.cumsum(counts, axis=0) - counts, mask=real)
+    tl.store(
+        tile_ends_ptr + expert, tl.cumsum((counts + BLOCK_M - 1) // BLOCK_M, axis=0), mask=real
+    )
+    pair = tl.arange(0, SORT_P)
+    ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=E)  # padding sorts last
+    keys = tl.sort(ids * SORT_P + pair)  # by expert, then by pair: the stable order
+    tl.store(sorted_pairs_ptr + pair, keys % SORT_P, mask=pair < num_pairs)
+
+
 # One program sorts up to this many pairs (two passes over [P, E] one-hot tiles); beyond, the
 # torch ops of _expert_schedule. The grouped GEMV serves decode batches, far below it.
 SCHEDULE_MAX_PAIRS = 4096
 _SCHEDULE_CHUNK = 64
+SCHEDULE_WARPS = 4
+# Up to this many pairs, the placement pass is one tl.sort (_schedule_sort_kernel): a binary per
+# power of two of pairs. Off until measured (benchmarks/moe_schedule_sweep.py); 0 turns it off.
+SCHEDULE_SORT_MAX_PAIRS = int(os.environ.get("GOSSAMER_SCHEDULE_SORT_MAX", "0"))
 
 
 def expert_schedule(ids: torch.Tensor, num_experts: int, block_m: int) -> Schedule:
@@ -495,11 +538,15 @@ def expert_schedule(ids: torch.Tensor, num_experts: int, block_m: int) -> Schedu
         return _expert_schedule(ids, num_experts, block_m)
     sorted_pairs = torch.empty_like(ids)
     counts, offsets, tile_ends = torch.empty(3, num_experts, dtype=torch.int32, device=ids.device)
-    _schedule_kernel[(1,)](
-        ids, sorted_pairs, counts, offsets, tile_ends, num_pairs, E=num_experts,
-        E_P2=triton.next_power_of_2(num_experts), BLOCK_M=block_m, CHUNK=_SCHEDULE_CHUNK,
-        num_warps=4, **pdl.launch_options(ids.device),
-    )  # fmt: skip
+    args = (ids, sorted_pairs, counts, offsets, tile_ends, num_pairs)
+    shape = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
+             "CHUNK": _SCHEDULE_CHUNK, "num_warps": SCHEDULE_WARPS,
+             **pdl.launch_options(ids.device)}  # fmt: skip
+    if num_pairs <= SCHEDULE_SORT_MAX_PAIRS:
+        sort_p = max(16, triton.next_power_of_2(num_pairs))
+        _schedule_sort_kernel[(1,)](*args, SORT_P=sort_p, **shape)
+    else:
+        _schedule_kernel[(1,)](*args, **shape)
     return sorted_pairs, counts, offsets, tile_ends
 
 

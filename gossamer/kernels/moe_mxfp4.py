@@ -2868,7 +2868,7 @@ def moe_mxfp4_grouped_v2(
     x_layout = "v2_sync" if sync else "v2"
     ids, route_w, x_v2, _ = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
-    from gossamer.kernels.moe_grouped_gemv import expert_schedule
+    from gossamer.kernels.moe_grouped_gemv import expert_schedule, slot_sum
 
     sorted_pairs, counts, offsets, tile_ends = expert_schedule(ids, num_experts, block_m)
     max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
@@ -2896,7 +2896,17 @@ def moe_mxfp4_grouped_v2(
         experts.down_bias.contiguous(), y, 1, H=hidden, INTER=inter, X_WIDTH=act_width,
         NW=dn["num_warps"], **common, **dn,
     )  # fmt: skip
-    return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)
+    if not V2_SLOT_SUM:
+        return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)
+    out = torch.empty_like(x)
+    slot_sum(y, out, top_k)
+    return out
+
+
+# v2's slots summed by the grouped GEMV's one-launch slot sum instead of torch's sum and cast (two
+# launches: 5.3 + 1.5 us a layer at 120b batch 64 on an H100, step_profile.py, session 22).
+# GOSSAMER_V2_SLOT_SUM=0 for A/B runs.
+V2_SLOT_SUM = os.environ.get("GOSSAMER_V2_SLOT_SUM", "1") != "0"
 
 
 # Inline PTX only when compiling for the GPU: TRITON_INTERPRET (the CPU tests) cannot run it.

@@ -167,12 +167,16 @@ def test_tile_bound_holds_for_any_routing(gemv):
     "pairs,experts,block_m",
     [(1, 8, 1), (63, 8, 2), (200, 6, 4), (300, 128, 4), (256, 128, 1), (130, 128, 8)],
 )
-def test_one_launch_schedule_matches_the_torch_ops(gemv, pairs, experts, block_m):
-    """expert_schedule (one program, one-hot tiles of 64 pairs: several chunks, a partial one)
-    gives exactly moe_mxfp4._expert_schedule's tensors, the stable order included; experts not
-    a power of two, crowded (200 pairs on 6) and sparse (130 on 128)."""
+@pytest.mark.parametrize("sort_max", [0, 4096], ids=["one-hot", "sort"])
+def test_one_launch_schedule_matches_the_torch_ops(gemv, monkeypatch, pairs, experts, block_m,
+                                                   sort_max):  # fmt: skip
+    """expert_schedule (one program, one-hot tiles of 64 pairs: several chunks, a partial one;
+    or the sort kernel's placement) gives exactly moe_mxfp4._expert_schedule's tensors, the
+    stable order included; experts not a power of two, crowded (200 pairs on 6) and sparse (130
+    on 128)."""
     from gossamer.kernels import moe_mxfp4  # the regular module: its schedule is plain torch
 
+    monkeypatch.setattr(gemv, "SCHEDULE_SORT_MAX_PAIRS", sort_max)
     g = torch.Generator().manual_seed(pairs)
     ids = torch.randint(0, experts, (pairs,), generator=g, dtype=torch.int32).to(DEVICE)
     fused = gemv.expert_schedule(ids, experts, block_m)
