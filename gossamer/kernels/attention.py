@@ -75,8 +75,13 @@ from gossamer.ops.torch_ref import TorchOps
 # speculative verification of a few draft tokens.
 DECODE_MAX_QUERY_LEN = 8
 MAX_SPLITS = 64
-# Decode launches split keys until about this many programs per SM exist (latency hiding at batch 1).
+# Decode launches split keys up to about this many programs per SM (latency hiding at batch 1), never
+# past it: at batch 64 (512 programs of 8 kv heads) rounding the split count up gave 2 splits, and
+# one was faster (H100, session 22, kernels_attention.py --sweep-batch: a full layer at 1k keys
+# 57.2 -> 53.4 us, at 2k 101.5 -> 99.2, a sliding one 13.4 -> 10.5). Batches of 1-16 and 32 get
+# the same count either way. GOSSAMER_ATTN_SPLITS_UP=1 rounds up again (A/B runs).
 PROGRAMS_PER_SM = 4
+SPLITS_ROUND_UP = os.environ.get("GOSSAMER_ATTN_SPLITS_UP", "0") == "1"
 # ROPE_KV launches load their first key tile (block ids, K, V) before the PDL wait, so that its trip
 # from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
 # GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
@@ -964,10 +969,12 @@ def _max_visible_keys(max_seq_len: int, max_query_len: int, sliding_window: int 
 def _decode_splits(
     num_seqs: int, num_kv_heads: int, visible_keys: int, min_chunk: int, device: torch.device
 ) -> int:
-    """Enough splits for about PROGRAMS_PER_SM programs per SM, but never more than chunks of
+    """Splits for at most about PROGRAMS_PER_SM programs per SM, never more than chunks of
     min_chunk keys. A power of two (rounded down) so that few merge kernels get compiled."""
     programs = num_seqs * num_kv_heads
-    wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), programs)
+    wanted = PROGRAMS_PER_SM * _sm_count(device) // programs
+    if SPLITS_ROUND_UP:
+        wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), programs)
     splits = min(wanted, triton.cdiv(visible_keys, min_chunk), MAX_SPLITS)
     return 1 << int(math.log2(max(splits, 1)))
 

@@ -526,8 +526,19 @@ SCHEDULE_MAX_PAIRS = 4096
 _SCHEDULE_CHUNK = 64
 SCHEDULE_WARPS = 4
 # Up to this many pairs, the placement pass is one tl.sort (_schedule_sort_kernel): a binary per
-# power of two of pairs. Off until measured (benchmarks/moe_schedule_sweep.py); 0 turns it off.
-SCHEDULE_SORT_MAX_PAIRS = int(os.environ.get("GOSSAMER_SCHEDULE_SORT_MAX", "0"))
+# power of two of pairs (`schedule_sort_size`; the runner's warm-up compiles each). Measured on an
+# H100 (session 22, benchmarks/moe_schedule_sweep.py, one launch in a graph): 4 pairs 2.77 ->
+# 1.55 us, 32 2.91 -> 1.68, 128 5.09 -> 2.71, 256 9.28 -> 3.92, 1024 34.4 -> 15.5; in the 120b
+# batch-64 step 11.7 -> 6.3 us a layer. Beyond 1024 pairs not measured: the one-hot passes.
+# GOSSAMER_SCHEDULE_SORT_MAX=0 turns it off.
+SCHEDULE_SORT_MAX_PAIRS = int(os.environ.get("GOSSAMER_SCHEDULE_SORT_MAX", "1024"))
+
+
+def schedule_sort_size(num_pairs: int) -> int | None:
+    """The sort kernel's SORT_P for a schedule of num_pairs (None: the one-hot kernel)."""
+    if 0 < num_pairs <= min(SCHEDULE_SORT_MAX_PAIRS, SCHEDULE_MAX_PAIRS):
+        return max(16, triton.next_power_of_2(num_pairs))
+    return None
 
 
 def expert_schedule(ids: torch.Tensor, num_experts: int, block_m: int) -> Schedule:
@@ -542,8 +553,8 @@ def expert_schedule(ids: torch.Tensor, num_experts: int, block_m: int) -> Schedu
     shape = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
              "CHUNK": _SCHEDULE_CHUNK, "num_warps": SCHEDULE_WARPS,
              **pdl.launch_options(ids.device)}  # fmt: skip
-    if num_pairs <= SCHEDULE_SORT_MAX_PAIRS:
-        sort_p = max(16, triton.next_power_of_2(num_pairs))
+    sort_p = schedule_sort_size(num_pairs)
+    if sort_p is not None:
         _schedule_sort_kernel[(1,)](*args, SORT_P=sort_p, **shape)
     else:
         _schedule_kernel[(1,)](*args, **shape)

@@ -15,7 +15,8 @@ persistent buffers; what changes from step to step is:
   kinds); TREE only in tree speculation (below).
 * MoE (kernels/moe_mxfp4.py): the GEMV path up to a pair limit, then the expert-grouped GEMV
   (kernels/moe_grouped_gemv.py, up to a second limit) with its M-tile size, then the grouped
-  path, whose BLOCK_M grows with the mean pairs per expert.
+  path, whose BLOCK_M grows with the mean pairs per expert. Both grouped MXFP4 paths sort their
+  pairs by expert with a binary per power of two of pairs (moe_grouped_gemv.schedule_sort_size).
 * linear (kernels/gemv.py): Triton up to GEMV_MAX_M rows with BLOCK_M = next_power_of_2(rows) and
   M == 1 specialized; cuBLAS above (nothing to compile). rms_norm and rope: one key each.
 
@@ -176,10 +177,13 @@ def moe_launch_shape(moe: MoEShape) -> Callable[[int], tuple]:
         pairs = num_tokens * moe.top_k
         if moe.mxfp4 and pairs <= limit:
             return ("gemv",)
+        # both grouped MXFP4 paths sort their pairs with a binary per schedule_sort_size
+        sort = moe_grouped_gemv.schedule_sort_size(pairs)
         if moe.mxfp4 and pairs <= moe_mxfp4.GROUPED_GEMV_MAX_PAIRS:
-            return ("grouped_gemv", moe_grouped_gemv.default_block_m(pairs, moe.num_experts))
+            block_m = moe_grouped_gemv.default_block_m(pairs, moe.num_experts)
+            return ("grouped_gemv", block_m, sort)
         if moe.mxfp4 and moe_mxfp4.GROUPED_V2:  # its tile follows the M-tile (V2_TILE_CHANGES)
-            return ("grouped_v2", moe_mxfp4._v2_block_m(pairs, moe.num_experts))
+            return ("grouped_v2", moe_mxfp4._v2_block_m(pairs, moe.num_experts), sort)
         return ("grouped", moe_mxfp4._block_m(pairs, moe.num_experts))
 
     return shape

@@ -23,7 +23,9 @@ def splits(num_seqs: int, context: int) -> int:
     return attention._decode_splits(num_seqs, 8, context, min_chunk, CPU)
 
 
-@pytest.mark.parametrize(("num_seqs", "max_len"), [(1, 131072), (2, 131072), (4, 8192), (1, 3000)])
+@pytest.mark.parametrize(
+    ("num_seqs", "max_len"), [(1, 131072), (2, 131072), (4, 8192), (1, 3000), (20, 8192)]
+)
 def test_each_context_gets_the_splits_of_an_uncaptured_step(monkeypatch, num_seqs, max_len):
     """A graph captured at the first bound that holds a context launches what an uncaptured step
     of that context would; past the last bound, the max_len graph does."""
@@ -43,6 +45,8 @@ def test_bounds_at_batch_1_on_an_h200(monkeypatch):
     assert splits(1, 131072) == 64 and splits(1, 1024) == 16
     assert [splits(1, bound) for bound in bounds] == [1, 2, 4, 8, 16, 32]
     assert attention.decode_context_bounds(8, 1, 8, 131072, CPU)[-1] < 512  # 8 splits from 512 on
+    # batch 64: 512 programs already, about 4 an SM: one split (two measured slower)
+    assert splits(64, 1024) == 1 and splits(32, 1024) == 2
     past_decode = attention.DECODE_MAX_QUERY_LEN + 1  # (the prefill launch: one split)
     assert attention.decode_context_bounds(1, past_decode, 8, 131072, CPU) == []
 

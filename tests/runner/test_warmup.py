@@ -262,15 +262,19 @@ def test_warm_up_runs_its_plan_once_per_step(recorded):
     assert len(recorded.per_step) == len(recorded.steps)
     # 4 BLOCK_Q buckets x (a short context + 6 split counts), then prefill steps of 9 tokens (the
     # prefill attention), the first count at grouped BLOCK_M 32 (33 * 2 pairs over 4 experts, or
-    # the first count past the grouped GEMV's limit: smaller counts are covered by 8 tokens) and
-    # the budget
+    # the first count past the grouped GEMV's limit: smaller counts are covered by 8 tokens), the
+    # first count of each size of the schedule's sort, and the budget
     decode = [step for step in recorded.steps if step.num_tokens <= 8]
     assert sorted({step.query_lens[0] for step in decode}) == [1, 2, 4, 8]
     assert len(decode) == 4 * 7
     first_32 = next(
         t for t in moe_tokens("grouped") if moe_mxfp4._block_m(t * TOP_K, EXPERTS) == 32
     )
-    assert [step.num_tokens for step in recorded.steps[len(decode) :]] == [9, first_32, BUDGET]
+    rest = [step.num_tokens for step in recorded.steps[len(decode) :]]
+    assert rest[0] == 9 and rest[-1] == BUDGET and first_32 in rest
+    sort_size = lambda tokens: moe_grouped_gemv.schedule_sort_size(tokens * TOP_K)  # noqa: E731
+    sort_firsts = {t for t in range(10, BUDGET) if sort_size(t) != sort_size(t - 1)}
+    assert set(rest[1:-1]) == sort_firsts | {first_32}  # sorts of 64..512 from 17, 33, 65, 129
 
 
 def test_every_later_launch_was_compiled_by_the_warm_up(recorded):
@@ -406,7 +410,7 @@ def test_dry_run_writes_no_kv_and_returns_nothing(model):
     runner.kv_cache.normal_()
     before = runner.kv_cache.clone()
     steps = warm_up(runner, progress=False)
-    assert len(steps) == 31
+    assert len(steps) == 34  # 28 decode steps; 9, 17, 33, 65, 129 and 256 tokens
     assert torch.equal(runner.kv_cache, before)
 
 
