@@ -2283,10 +2283,10 @@ def _block_m(num_pairs: int, num_experts: int) -> int:
 
 
 def _v2_block_m(num_pairs: int, num_experts: int) -> int:
-    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 (their configs:
-    `v2_configs`)."""
+    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..V2_MAX_BLOCK_M
+    (their configs: `v2_configs`)."""
     mean = triton.cdiv(num_pairs, num_experts)
-    return max(V2_MIN_BLOCK_M, min(SWAP_AB_MAX_BLOCK_M, 2 * triton.next_power_of_2(mean)))
+    return max(V2_MIN_BLOCK_M, min(V2_MAX_BLOCK_M, 2 * triton.next_power_of_2(mean)))
 
 
 def _expert_schedule(
@@ -2454,10 +2454,18 @@ GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFE
 # (16 groups, or 8 warps, or 4-5 stages were slower; at 256 tokens and 16 rows 8 groups were
 # not faster). GOSSAMER_V2_M8_GROUPS=4 restores the previous tile.
 V2_MIN_BLOCK_M = 8
+# v2 always keeps the accumulator transposed (the tokens are the MMA's N side), so it is not bound
+# by SWAP_AB_MAX_BLOCK_M: 64- and 128-row tiles compile (sm_90, triton 3.6, offline: 4.36 / 4.53
+# instructions a weight at 64 rows on 8 warps, 4.73 / 4.78 at 128, against 4.20 / 4.31 at 32), and
+# each dequantized weight then serves up to 2x / 4x the tokens: prefill (a 1k prompt has ~32 pairs
+# an expert of 120b, an 8k-token chunk ~256). GOSSAMER_V2_MAX_BLOCK_M: 32 until measured.
+V2_MAX_BLOCK_M = int(os.environ.get("GOSSAMER_V2_MAX_BLOCK_M", "32"))
 V2_TILE_CHANGES = {
     8: {"num_warps": 4, "GROUPS_PER_STEP": int(os.environ.get("GOSSAMER_V2_M8_GROUPS", "8"))},
     16: {"num_warps": 4},
     32: {"num_warps": 8},
+    64: {"num_warps": 8},
+    128: {"num_warps": 8},
 }
 
 

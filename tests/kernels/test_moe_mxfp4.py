@@ -385,6 +385,32 @@ def test_grouped_v2_matches_reference(moe, hidden, inter, tokens, changes):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_grouped_v2_tall_tiles(moe, monkeypatch, block_m):
+    """M-tiles of 64 and 128 rows (prefill-sized, V2_MAX_BLOCK_M raised): expert 3 crowded past
+    one tile (block_m + 7 pairs: a full tile and a partial one), the others partial."""
+    monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 128)
+    tokens = block_m + 7
+    experts = _experts(8, 96, 64, seed=60 + block_m)
+    x, logits = _inputs(tokens, 96, 8, seed=61 + block_m)
+    logits[:, 3] += 50.0  # every token's first pick
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, experts, 2, LIMIT, ALPHA, block_m=block_m, **_v2_configs(SCALE_PREFETCH=1)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+def test_v2_block_m_follows_the_cap(moe, monkeypatch):
+    """Twice the mean pairs an expert, from 8 rows up to V2_MAX_BLOCK_M."""
+    assert moe._v2_block_m(256, 128) == 8  # 64 tokens of 120b: 2 pairs an expert
+    monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 32)
+    assert moe._v2_block_m(4096, 128) == 32
+    monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 128)
+    assert moe._v2_block_m(4096, 128) == 64  # a 1k prompt: 32 pairs an expert
+    assert moe._v2_block_m(32768, 128) == 128  # an 8k-token chunk
+    assert moe.v2_configs(128)[0]["num_warps"] == 8
+
+
 def test_grouped_v2_tiles_of_8_rows(moe):
     """BLOCK_M 8 (what v2 picks for a few rows an expert): experts 5 and 2 crowded past two
     M-tiles (17 pairs each: tiles of 8, 8 and 1), the rest spread thin."""
@@ -723,6 +749,11 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
             "down_config": moe_mxfp4.GROUPED_V2_DOWN | {"num_warps": warps},
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
+    # prefill-sized M-tiles (V2_MAX_BLOCK_M raised): 64 and 128 rows on their default configs
+    for block_m in (64, 128):
+        gate_up, down = moe_mxfp4.v2_configs(block_m)
+        configs = {"gate_up_config": gate_up, "down_config": down}
+        _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=block_m, **configs), ref)
 
 
 @pytest.mark.gpu
