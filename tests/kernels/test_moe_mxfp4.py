@@ -386,10 +386,10 @@ def test_grouped_v2_matches_reference(moe, hidden, inter, tokens, changes):
 
 
 @pytest.mark.parametrize("block_m", [64, 128])
-def test_grouped_v2_tall_tiles(moe, monkeypatch, block_m):
-    """M-tiles of 64 and 128 rows (prefill-sized, V2_MAX_BLOCK_M raised): expert 3 crowded past
-    one tile (block_m + 7 pairs: a full tile and a partial one), the others partial."""
-    monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 128)
+def test_grouped_v2_tall_tiles(moe, block_m):
+    """M-tiles of 64 and 128 rows (prefill-sized; exact here, wrong on the GPU: see
+    V2_MAX_BLOCK_M): expert 3 crowded past one tile (block_m + 7 pairs: a full tile and a
+    partial one), the others partial."""
     tokens = block_m + 7
     experts = _experts(8, 96, 64, seed=60 + block_m)
     x, logits = _inputs(tokens, 96, 8, seed=61 + block_m)
@@ -749,11 +749,23 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
             "down_config": moe_mxfp4.GROUPED_V2_DOWN | {"num_warps": warps},
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
-    # prefill-sized M-tiles (V2_MAX_BLOCK_M raised): 64 and 128 rows on their default configs
-    for block_m in (64, 128):
-        gate_up, down = moe_mxfp4.v2_configs(block_m)
-        configs = {"gate_up_config": gate_up, "down_config": down}
-        _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=block_m, **configs), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(reason="v2's 64- and 128-row M-tiles compute wrong results on the GPU (session "
+                   "22, H100: relative error inf / 0.82); V2_MAX_BLOCK_M keeps them unused",
+                   strict=True)  # fmt: skip
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
+    """Prefill-sized M-tiles (1k tokens: ~32 pairs an expert) on their default configs."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(1024, seed=420 + block_m)
+    args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
+    gate_up, down = moe_mxfp4.v2_configs(block_m)
+    configs = {"gate_up_config": gate_up, "down_config": down}
+    out = moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=block_m, **configs)
+    _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
 
 
 @pytest.mark.gpu
