@@ -2496,6 +2496,13 @@ def _v2_sync_order(block_m: int) -> bool:
 
 
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
+# Triton 3.6 pipelines v2's wgmmas across steps (wait_group 7 after each of a step's 8), but their
+# A operands are registers that the next step's dequantization overwrites before that wait
+# (sm_90 SASS: the loop branches back with wgmmas in flight, and the next step writes the
+# registers the previous step's second HGMMA reads). PTX leaves that undefined; tiles of more
+# than this many rows (longer HGMMAs) computed wrong results on an H100 (session 22). Above it
+# each step waits for its MMAs. GOSSAMER_V2_ASYNC_MMA_MAX_M for A/B runs.
+_V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX_M", "32")))
 
 
 @triton.jit
@@ -2698,6 +2705,10 @@ def _v2_matmul(
             scales = _v2_scales(s_ptr, rows, g0, scale_step, G, GB, False)
         acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G, GB, LANES, DOT_BF16, False, LAYOUT,
                        SYNC)  # fmt: skip
+        if x_ptrs.shape[0] > _V2_ASYNC_MMA_MAX_M:
+            # a use of the accumulator that is not a dot: the step's MMAs finish here (see
+            # _V2_ASYNC_MMA_MAX_M); g0 >= 0 always holds, but the compiler cannot fold it
+            acc = tl.where(g0 >= 0, acc, 0.0)
     if G_FULL < G:
         if SCALE_PREFETCH:
             scales = next_scales

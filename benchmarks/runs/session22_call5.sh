@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Session 22, call 5 (the session's last 170 s of device time): v2's 64- and 128-row tiles with
+# each step waiting for its wgmmas (_V2_ASYNC_MMA_MAX_M: the async ones raced with the next step's
+# register writes, call 4), and the 32-row tile both ways (GOSSAMER_V2_ASYNC_MMA_MAX_M=16 makes it
+# wait). One 120b MoE layer at 1024 and 8192 tokens; `ok` is the check against the reference.
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+R=/tmp/s22c5; mkdir -p $R
+step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s22c5; return $rc; }
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
+TAILN=8 step tall_wait 70 python3 benchmarks/moe_grouped_sweep.py --block-ms 64,128,32 --warps 8 --tokens 1024 --confirm 8192 --json $R/tall_wait.json
+TAILN=4 step m32_wait 40 env GOSSAMER_V2_ASYNC_MMA_MAX_M=16 python3 benchmarks/moe_grouped_sweep.py --block-ms 32 --warps 8 --tokens 1024 --confirm 8192 --json $R/m32_wait.json
