@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 22, call 5 (the session's last 170 s of device time): v2's 64- and 128-row tiles with
+# Session 22, call 5: NOT RUN (the session's device time ran out; refused). Ready for the next one:
+# v2's 64- and 128-row tiles with
 # each step waiting for its wgmmas (_V2_ASYNC_MMA_MAX_M: the async ones raced with the next step's
 # register writes, call 4), and the 32-row tile both ways (GOSSAMER_V2_ASYNC_MMA_MAX_M=16 makes it
 # wait). One 120b MoE layer at 1024 and 8192 tokens; `ok` is the check against the reference.

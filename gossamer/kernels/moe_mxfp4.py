@@ -2457,10 +2457,12 @@ V2_MIN_BLOCK_M = 8
 # v2 always keeps the accumulator transposed (the tokens are the MMA's N side), so 64- and 128-row
 # tiles compile (sm_90, triton 3.6, offline: 4.36 / 4.53 instructions a weight at 64 rows on 8
 # warps, 4.73 / 4.78 at 128, against 4.20 / 4.31 at 32), and each dequantized weight would serve
-# 2x / 4x the tokens of a prefill chunk. But on the GPU they compute wrong results (H100, session
-# 22, moe_grouped_sweep.py --block-ms 32,64,128: relative error inf at 64 rows, 0.82 at 128; the
-# CPU interpreter's emulation of the same tiles is exact, tests/kernels/test_moe_mxfp4.py), so the
-# cap stays at 32 until that is understood (tests/kernels: test_gpu_120b_grouped_v2_tall_tiles).
+# 2x / 4x the tokens of a prefill chunk (8192 tokens: one layer 6.87 -> 4.96 ms at 64 rows). But on
+# the GPU they computed wrong results (H100, session 22, moe_grouped_sweep.py --block-ms 32,64,128:
+# relative error inf at 64 rows, 0.82 at 128; the interpreter's emulation is exact). The SASS
+# shows why (_V2_ASYNC_MMA_MAX_M): the tiles above 32 rows now wait for their MMAs each step, which
+# is not yet run on a GPU, so the cap stays at 32 (benchmarks/runs/session22_call5.sh measures it;
+# tests/kernels: test_gpu_120b_grouped_v2_tall_tiles).
 V2_MAX_BLOCK_M = 32
 V2_TILE_CHANGES = {
     8: {"num_warps": 4, "GROUPS_PER_STEP": int(os.environ.get("GOSSAMER_V2_M8_GROUPS", "8"))},

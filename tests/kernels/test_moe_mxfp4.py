@@ -752,9 +752,10 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(reason="v2's 64- and 128-row M-tiles compute wrong results on the GPU (session "
-                   "22, H100: relative error inf / 0.82); V2_MAX_BLOCK_M keeps them unused",
-                   strict=True)  # fmt: skip
+@pytest.mark.xfail(reason="v2's 64- and 128-row M-tiles computed wrong results on the GPU (session "
+                   "22, H100: relative error inf / 0.82, async wgmmas racing with the next step's "
+                   "A registers); the per-step wait (_V2_ASYNC_MMA_MAX_M) that should fix it is "
+                   "not yet run on a GPU", strict=False)  # fmt: skip
 @pytest.mark.parametrize("block_m", [64, 128])
 def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
     """Prefill-sized M-tiles (1k tokens: ~32 pairs an expert) on their default configs."""
