@@ -78,8 +78,9 @@ MAX_SPLITS = 64
 # Decode launches split keys up to about this many programs per SM (latency hiding at batch 1), never
 # past it: at batch 64 (512 programs of 8 kv heads) rounding the split count up gave 2 splits, and
 # one was faster (H100, session 22, kernels_attention.py --sweep-batch: a full layer at 1k keys
-# 57.2 -> 53.4 us, at 2k 101.5 -> 99.2, a sliding one 13.4 -> 10.5). Batches of 1-16 and 32 get
-# the same count either way. GOSSAMER_ATTN_SPLITS_UP=1 rounds up again (A/B runs).
+# 57.2 -> 53.4 us, at 2k 101.5 -> 99.2, a sliding one 13.4 -> 10.5). With 132 SMs and 8 kv heads
+# only batches 9, 17-21 and 34-65 get fewer splits than before (half). GOSSAMER_ATTN_SPLITS_UP=1
+# rounds up again (A/B runs).
 PROGRAMS_PER_SM = 4
 SPLITS_ROUND_UP = os.environ.get("GOSSAMER_ATTN_SPLITS_UP", "0") == "1"
 # ROPE_KV launches load their first key tile (block ids, K, V) before the PDL wait, so that its trip
