@@ -65,14 +65,19 @@ def _constexpr_defaults(fn) -> dict:
             if p.default is not p.empty and "constexpr" in str(p.annotation)}  # fmt: skip
 
 
-def loop_histogram(compiled) -> collections.Counter:
-    """Opcode counts of the largest loop (from a label to the last branch back to it)."""
+def sass(compiled) -> str:
+    """The compiled kernel's SASS, from nvdisasm (Triton's bundled CUDA tools)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "kernel.cubin")
         with open(path, "wb") as f:
             f.write(compiled.asm["cubin"])
         nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-        text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True).stdout
+        return subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True).stdout
+
+
+def loop_lines(text: str) -> list[str]:
+    """The lines of the largest loop of a SASS listing: from a label to the last branch back to
+    it."""
     lines = text.splitlines()
     labels = {
         m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", line))
@@ -86,8 +91,13 @@ def loop_histogram(compiled) -> collections.Counter:
             and i - labels[target.group(1)] > best[1] - best[0]
         ):
             best = (labels[target.group(1)], i)
+    return lines[best[0] : best[1] + 1]
+
+
+def loop_histogram(compiled) -> collections.Counter:
+    """Opcode counts of the largest loop (from a label to the last branch back to it)."""
     opcodes = collections.Counter()
-    for line in lines[best[0] : best[1] + 1]:
+    for line in loop_lines(sass(compiled)):
         m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
         if m:
             opcodes[m.group(1)] += 1
@@ -125,23 +135,28 @@ def grouped_v1(block_m: int) -> None:
            dn["BLOCK_COLS"] * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
 
 
+def v2_kernels(block_m: int, gu: dict, dn: dict) -> list[tuple[str, object]]:
+    """The v2 kernels compiled for sm_90 at `block_m` rows with configs gu and dn:
+    [("gate_up", compiled), ("down", compiled)]."""
+    shapes = GROUPED_SHAPES | dict(BLOCK_M=block_m)
+    gate_up = compile_sm90(moe._v2_gate_up_kernel, GROUPED_GATE_UP_ARGS | dict(scale_step="i32"),
+                           shapes | dict(TOP_K=4, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
+                                         X_WIDTH=moe._v2_padded(H, gu["GROUPS_PER_STEP"]),
+                                         ACT_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
+                                         NW=gu["num_warps"], **_constexprs(gu)), gu["num_warps"])  # fmt: skip
+    down = compile_sm90(moe._v2_down_kernel, GROUPED_DOWN_ARGS | dict(scale_step="i32"),
+                        shapes | dict(X_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
+                                      NW=dn["num_warps"], **_constexprs(dn)), dn["num_warps"])  # fmt: skip
+    return [("gate_up", gate_up), ("down", down)]
+
+
 def grouped_v2(block_m: int, changes: dict) -> None:
     """The v2 kernels: default configs with `changes`; a thread handles 16 REP rows x a step."""
     name = "".join(f", {k} {v}" for k, v in changes.items())
     gu, dn = moe.GROUPED_V2_GATE_UP | changes, moe.GROUPED_V2_DOWN | changes
-    shapes = GROUPED_SHAPES | dict(BLOCK_M=block_m)
-    kernel = compile_sm90(moe._v2_gate_up_kernel, GROUPED_GATE_UP_ARGS | dict(scale_step="i32"),
-                          shapes | dict(TOP_K=4, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
-                                        X_WIDTH=moe._v2_padded(H, gu["GROUPS_PER_STEP"]),
-                                        ACT_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
-                                        NW=gu["num_warps"], **_constexprs(gu)), gu["num_warps"])  # fmt: skip
-    report(f"grouped v2 gate_up, BLOCK_M {block_m}{name}", kernel,
-           16 * gu["REP"] * gu["GROUPS_PER_STEP"])  # fmt: skip
-    kernel = compile_sm90(moe._v2_down_kernel, GROUPED_DOWN_ARGS | dict(scale_step="i32"),
-                          shapes | dict(X_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
-                                        NW=dn["num_warps"], **_constexprs(dn)), dn["num_warps"])  # fmt: skip
-    report(f"grouped v2 down, BLOCK_M {block_m}{name}", kernel,
-           16 * dn["REP"] * dn["GROUPS_PER_STEP"])  # fmt: skip
+    for (kernel_name, compiled), config in zip(v2_kernels(block_m, gu, dn), (gu, dn), strict=True):
+        report(f"grouped v2 {kernel_name}, BLOCK_M {block_m}{name}", compiled,
+               16 * config["REP"] * config["GROUPS_PER_STEP"])  # fmt: skip
 
 
 def _constexprs(config: dict) -> dict:

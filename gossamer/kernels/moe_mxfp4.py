@@ -2501,9 +2501,11 @@ _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6.
 # Triton 3.6 pipelines v2's wgmmas across steps (wait_group 7 after each of a step's 8), but their
 # A operands are registers that the next step's dequantization overwrites before that wait
 # (sm_90 SASS: the loop branches back with wgmmas in flight, and the next step writes the
-# registers the previous step's second HGMMA reads). PTX leaves that undefined; tiles of more
-# than this many rows (longer HGMMAs) computed wrong results on an H100 (session 22). Above it
-# each step waits for its MMAs. GOSSAMER_V2_ASYNC_MMA_MAX_M for A/B runs.
+# registers the previous step's HGMMAs read). PTX leaves that undefined; tiles of more than this
+# many rows (longer HGMMAs) computed wrong results on an H100 (session 22). Above it each step
+# waits for its MMAs. The 16- and 32-row tiles have the same hazards (benchmarks/wgmma_hazards.py
+# lists them) and have always matched the reference; what the wait costs them is not measured
+# yet (benchmarks/runs/session22_call5.sh). GOSSAMER_V2_ASYNC_MMA_MAX_M for A/B runs.
 _V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX_M", "32")))
 
 
