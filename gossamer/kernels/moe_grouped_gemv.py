@@ -441,6 +441,26 @@ def _slot_sum_kernel(
     tl.store(out_ptr + token * H + col, total.to(out_ptr.dtype.element_ty), mask=col_ok)
 
 
+@triton.jit
+def _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, expert,
+                   E: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):  # fmt: skip
+    """Pairs per expert from one-hot [CHUNK, E] tiles; stores counts, offsets (first sorted row
+    of each expert) and tile_ends (cumulative BLOCK_M tiles), and returns the offsets."""
+    counts = tl.zeros(expert.shape, tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        pair = start + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
+        counts += tl.sum((ids[:, None] == expert[None, :]).to(tl.int32), axis=0)
+    offsets = tl.cumsum(counts, axis=0) - counts
+    real = expert < E
+    tl.store(counts_ptr + expert, counts, mask=real)
+    tl.store(offsets_ptr + expert, offsets, mask=real)
+    tl.store(
+        tile_ends_ptr + expert, tl.cumsum((counts + BLOCK_M - 1) // BLOCK_M, axis=0), mask=real
+    )
+    return offsets
+
+
 # NOTE: num_pairs is not specialized (Triton would compile a variant for multiples of 16): one
 # binary serves every batch, so the runner's warm-up needs no step per class of pair counts.
 @triton.jit(do_not_specialize=["num_pairs"])
@@ -461,18 +481,9 @@ def _schedule_kernel(
     sorted row is its expert's offset plus the pairs of that expert before it)."""
     expert = tl.arange(0, E_P2)
     pdl.wait(PDL)  # the ids come from routing
-    counts = tl.zeros([E_P2], tl.int32)
-    for start in range(0, num_pairs, CHUNK):
-        pair = start + tl.arange(0, CHUNK)
-        ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
-        counts += tl.sum((ids[:, None] == expert[None, :]).to(tl.int32), axis=0)
-    offsets = tl.cumsum(counts, axis=0) - counts
-    tile_ends = tl.cumsum((counts + BLOCK_M - 1) // BLOCK_M, axis=0)
-    real = expert < E
-    tl.store(counts_ptr + expert, counts, mask=real)
-    tl.store(offsets_ptr + expert, offsets, mask=real)
-    tl.store(tile_ends_ptr + expert, tile_ends, mask=real)
-    placed = offsets  # [E]: the next free sorted row of each expert
+    # placed [E]: the next free sorted row of each expert
+    placed = _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, expert, E,
+                            BLOCK_M, CHUNK)  # fmt: skip
     for start in range(0, num_pairs, CHUNK):
         pair = start + tl.arange(0, CHUNK)
         ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
@@ -501,19 +512,9 @@ def _schedule_sort_kernel(
     """_schedule_kernel with the placement pass replaced by one sort of (expert, pair) keys: the
     counts still come from one-hot tiles (sums only), the sorted rows from tl.sort, whose
     compare-exchange stages need no [CHUNK, E] scan."""
-    expert = tl.arange(0, E_P2)
     pdl.wait(PDL)
-    counts = tl.zeros([E_P2], tl.int32)
-    for start in range(0, num_pairs, CHUNK):
-        pair = start + tl.arange(0, CHUNK)
-        ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
-        counts += tl.sum((ids[:, None] == expert[None, :]).to(tl.int32), axis=0)
-    real = expert < E
-    tl.store(counts_ptr + expert, counts, mask=real)
-    tl.store(offsets_ptr + expert, tl.cumsum(counts, axis=0) - counts, mask=real)
-    tl.store(
-        tile_ends_ptr + expert, tl.cumsum((counts + BLOCK_M - 1) // BLOCK_M, axis=0), mask=real
-    )
+    _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, tl.arange(0, E_P2),
+                   E, BLOCK_M, CHUNK)  # fmt: skip
     pair = tl.arange(0, SORT_P)
     ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=E)  # padding sorts last
     keys = tl.sort(ids * SORT_P + pair)  # by expert, then by pair: the stable order
