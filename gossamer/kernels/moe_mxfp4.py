@@ -2283,10 +2283,11 @@ def _block_m(num_pairs: int, num_experts: int) -> int:
 
 
 def _v2_block_m(num_pairs: int, num_experts: int) -> int:
-    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..V2_MAX_BLOCK_M
-    (their configs: `v2_configs`)."""
+    """v2's rows per M-tile: twice the mean pairs per expert, V2_MIN_BLOCK_M..32 rows, and
+    V2_MAX_BLOCK_M from V2_TALL_MIN_PAIRS pairs an expert (their configs: `v2_configs`)."""
     mean = triton.cdiv(num_pairs, num_experts)
-    return max(V2_MIN_BLOCK_M, min(V2_MAX_BLOCK_M, 2 * triton.next_power_of_2(mean)))
+    cap = V2_MAX_BLOCK_M if mean >= V2_TALL_MIN_PAIRS else min(V2_MAX_BLOCK_M, 32)
+    return max(V2_MIN_BLOCK_M, min(cap, 2 * triton.next_power_of_2(mean)))
 
 
 def _expert_schedule(
@@ -2442,7 +2443,7 @@ GROUPED_V2_GATE_UP = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PR
                       "num_warps": 8}  # fmt: skip
 GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFETCH": 1,
                    "num_warps": 8}  # fmt: skip
-# v2's M-tile: twice the mean pairs an expert, 8..32 rows (`_v2_block_m`), V2_TILE_CHANGES[rows]
+# v2's M-tile: twice the mean pairs an expert, 8..64 rows (`_v2_block_m`), V2_TILE_CHANGES[rows]
 # applied to both kernels' configs unless a config is passed. 8 rows compile the MMA column tile
 # to mma.sync instead of wgmma: 3.88 instructions a weight offline against 4.17 (sm_90 SASS,
 # triton 3.6, the default tile).
@@ -2456,14 +2457,14 @@ GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFE
 V2_MIN_BLOCK_M = 8
 # v2 always keeps the accumulator transposed (the tokens are the MMA's N side), so 64- and 128-row
 # tiles compile (sm_90, triton 3.6, offline: 4.36 / 4.53 instructions a weight at 64 rows on 8
-# warps, 4.73 / 4.78 at 128, against 4.20 / 4.31 at 32), and each dequantized weight would serve
-# 2x / 4x the tokens of a prefill chunk (8192 tokens: one layer 6.87 -> 4.96 ms at 64 rows). But on
-# the GPU they computed wrong results (H100, session 22, moe_grouped_sweep.py --block-ms 32,64,128:
-# relative error inf at 64 rows, 0.82 at 128; the interpreter's emulation is exact). The SASS
-# shows why (_V2_ASYNC_MMA_MAX_M): the tiles above 32 rows now wait for their MMAs each step, which
-# is not yet run on a GPU, so the cap stays at 32 (benchmarks/runs/session22_call5.sh measures it;
-# tests/kernels: test_gpu_120b_grouped_v2_tall_tiles).
-V2_MAX_BLOCK_M = 32
+# warps, 4.73 / 4.78 at 128, against 4.20 / 4.31 at 32), and each dequantized weight serves 2x /
+# 4x the tokens of a prefill chunk. Without the per-step wait (_V2_ASYNC_MMA_MAX_M) they computed
+# wrong results on the GPU (H100, session 22: relative error inf at 64 rows, 0.82 at 128); with
+# it they are right (session 23, H100, moe_grouped_sweep.py --block-ms 64,128,32, one 120b
+# layer): 8192 tokens 6833 us at 32 rows, 4927 at 64, 6202 at 128; 1024 tokens 1429 / 1583 /
+# 3697. So 64 rows from V2_TALL_MIN_PAIRS pairs an expert (an 8k-token chunk of 120b has 256).
+V2_MAX_BLOCK_M = 64
+V2_TALL_MIN_PAIRS = int(os.environ.get("GOSSAMER_V2_TALL_MIN_PAIRS", "128"))
 V2_TILE_CHANGES = {
     8: {"num_warps": 4, "GROUPS_PER_STEP": int(os.environ.get("GOSSAMER_V2_M8_GROUPS", "8"))},
     16: {"num_warps": 4},
@@ -2501,12 +2502,15 @@ _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6.
 # Triton 3.6 pipelines v2's wgmmas across steps (wait_group 7 after each of a step's 8), but their
 # A operands are registers that the next step's dequantization overwrites before that wait
 # (sm_90 SASS: the loop branches back with wgmmas in flight, and the next step writes the
-# registers the previous step's HGMMAs read). PTX leaves that undefined; tiles of more than this
-# many rows (longer HGMMAs) computed wrong results on an H100 (session 22). Above it each step
-# waits for its MMAs. The 16- and 32-row tiles have the same hazards (benchmarks/wgmma_hazards.py
-# lists them) and have always matched the reference; what the wait costs them is not measured
-# yet (benchmarks/runs/session22_call5.sh). GOSSAMER_V2_ASYNC_MMA_MAX_M for A/B runs.
-_V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX_M", "32")))
+# registers the previous step's HGMMAs read). PTX leaves that undefined; tiles of 64 and 128 rows
+# computed wrong results on an H100 (session 22). Tiles of more than this many rows wait for
+# their MMAs each step, which made them right (session 23). The 16- and 32-row tiles had the
+# same hazards (benchmarks/wgmma_hazards.py lists them) though they always matched the
+# reference; they wait too (correct first), at a cost within the runs' spread (H100, session 23,
+# one 120b layer, separate runs: 16 rows at 256 tokens 868.1 -> 863.9 us; 32 rows at 1024 tokens
+# 1429 -> 1468 (+2.7%), at 8192 6833 -> 6660). 8-row tiles are mma.sync, which does not run
+# asynchronously. GOSSAMER_V2_ASYNC_MMA_MAX_M for A/B runs.
+_V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX_M", "8")))
 
 
 @triton.jit

@@ -387,9 +387,9 @@ def test_grouped_v2_matches_reference(moe, hidden, inter, tokens, changes):
 
 @pytest.mark.parametrize("block_m", [64, 128])
 def test_grouped_v2_tall_tiles(moe, block_m):
-    """M-tiles of 64 and 128 rows (prefill-sized; exact here, wrong on the GPU: see
-    V2_MAX_BLOCK_M): expert 3 crowded past one tile (block_m + 7 pairs: a full tile and a
-    partial one), the others partial."""
+    """M-tiles of 64 and 128 rows (prefill-sized; exact here, and on the GPU since they wait for
+    their MMAs each step: _V2_ASYNC_MMA_MAX_M): expert 3 crowded past one tile (block_m + 7
+    pairs: a full tile and a partial one), the others partial."""
     tokens = block_m + 7
     experts = _experts(8, 96, 64, seed=60 + block_m)
     x, logits = _inputs(tokens, 96, 8, seed=61 + block_m)
@@ -401,13 +401,18 @@ def test_grouped_v2_tall_tiles(moe, block_m):
 
 
 def test_v2_block_m_follows_the_cap(moe, monkeypatch):
-    """Twice the mean pairs an expert, from 8 rows up to V2_MAX_BLOCK_M."""
+    """Twice the mean pairs an expert, from 8 rows up to 32, and up to V2_MAX_BLOCK_M only from
+    V2_TALL_MIN_PAIRS pairs an expert."""
+    monkeypatch.setattr(moe, "V2_TALL_MIN_PAIRS", 128)
     assert moe._v2_block_m(256, 128) == 8  # 64 tokens of 120b: 2 pairs an expert
+    assert moe._v2_block_m(4096, 128) == 32  # a 1k prompt: 32 pairs an expert
+    assert moe._v2_block_m(8192, 128) == 32  # 64 pairs an expert: below the tall tiles' start
+    assert moe._v2_block_m(16384, 128) == 64
+    assert moe._v2_block_m(32768, 128) == 64  # an 8k-token chunk
     monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 32)
-    assert moe._v2_block_m(4096, 128) == 32
+    assert moe._v2_block_m(32768, 128) == 32
     monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 128)
-    assert moe._v2_block_m(4096, 128) == 64  # a 1k prompt: 32 pairs an expert
-    assert moe._v2_block_m(32768, 128) == 128  # an 8k-token chunk
+    assert moe._v2_block_m(32768, 128) == 128
     assert moe.v2_configs(128)[0]["num_warps"] == 8
 
 
@@ -752,13 +757,10 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(reason="v2's 64- and 128-row M-tiles computed wrong results on the GPU (session "
-                   "22, H100: relative error inf / 0.82, async wgmmas racing with the next step's "
-                   "A registers); the per-step wait (_V2_ASYNC_MMA_MAX_M) that should fix it is "
-                   "not yet run on a GPU", strict=False)  # fmt: skip
 @pytest.mark.parametrize("block_m", [64, 128])
 def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
-    """Prefill-sized M-tiles (1k tokens: ~32 pairs an expert) on their default configs."""
+    """Prefill-sized M-tiles (1k tokens: ~32 pairs an expert) on their default configs: wrong
+    before each step waited for its wgmmas (session 22, H100: relative error inf / 0.82)."""
     from gossamer.kernels import moe_mxfp4
 
     x, logits = _inputs_120b(1024, seed=420 + block_m)

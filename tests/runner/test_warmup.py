@@ -263,7 +263,7 @@ def test_warm_up_runs_its_plan_once_per_step(recorded):
     # 4 BLOCK_Q buckets x (a short context + 6 split counts), then prefill steps of 9 tokens (the
     # prefill attention), the first count at grouped BLOCK_M 32 (33 * 2 pairs over 4 experts, or
     # the first count past the grouped GEMV's limit: smaller counts are covered by 8 tokens), the
-    # first count of each size of the schedule's sort, and the budget
+    # first count of each size of the schedule's sort and of each larger M-tile, and the budget
     decode = [step for step in recorded.steps if step.num_tokens <= 8]
     assert sorted({step.query_lens[0] for step in decode}) == [1, 2, 4, 8]
     assert len(decode) == 4 * 7
@@ -274,7 +274,14 @@ def test_warm_up_runs_its_plan_once_per_step(recorded):
     assert rest[0] == 9 and rest[-1] == BUDGET and first_32 in rest
     sort_size = lambda tokens: moe_grouped_gemv.schedule_sort_size(tokens * TOP_K)  # noqa: E731
     sort_firsts = {t for t in range(10, BUDGET) if sort_size(t) != sort_size(t - 1)}
-    assert set(rest[1:-1]) == sort_firsts | {first_32}  # sorts of 64..512 from 17, 33, 65, 129
+    # and each later change of the grouped path's M-tile (GROUPED_V2: 64 rows from 255 tokens)
+    pick = moe_mxfp4._v2_block_m if moe_mxfp4.GROUPED_V2 else moe_mxfp4._block_m
+    grouped = moe_tokens("grouped")
+    tile_firsts = {
+        t for t in grouped[1:] if pick(t * TOP_K, EXPERTS) != pick((t - 1) * TOP_K, EXPERTS)
+    }
+    # sorts of 64..512 from 17, 33, 65, 129
+    assert set(rest[1:-1]) == sort_firsts | {first_32} | (tile_firsts - {BUDGET})
 
 
 def test_every_later_launch_was_compiled_by_the_warm_up(recorded):
@@ -392,7 +399,7 @@ def test_plan_reaches_every_moe_launch_of_the_gpt_oss_routings(num_experts):
     """The plan's token counts reach every MoE launch (path, BLOCK_M, integer classes) that any
     batch up to the budget makes, with 128 or 32 experts (the model fixture has 4): the plan's
     view of the MoE paths (warmup.moe_launch_shape) must follow moe_mxfp4's choice."""
-    budget = 1024  # past the last BLOCK_M change of grouped v2 (32 at > 16 pairs per expert)
+    budget = 4096  # past grouped v2's last BLOCK_M change (64 from 128 pairs an expert)
     plan = warmup_plan(4096, budget, 256, MoEShape(num_experts, 4, mxfp4=True))
     with pytest.MonkeyPatch.context() as patch:
         launches, log = moe_launches(num_experts, 4)
@@ -410,7 +417,7 @@ def test_dry_run_writes_no_kv_and_returns_nothing(model):
     runner.kv_cache.normal_()
     before = runner.kv_cache.clone()
     steps = warm_up(runner, progress=False)
-    assert len(steps) == 34  # 28 decode steps; 9, 17, 33, 65, 129 and 256 tokens
+    assert len(steps) == 35  # 28 decode steps; 9, 17, 33, 65, 129, 255 (64-row tiles) and 256
     assert torch.equal(runner.kv_cache, before)
 
 
