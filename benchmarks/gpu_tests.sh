@@ -21,7 +21,9 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=1
 # test files and ran the whole suite besides: `tests` was always collected); the others go to
 # pytest. GPU_TESTS_SHARD=i/n runs the i-th of n interleaved parts of the files with GPU tests, so
 # that the suite fits device calls of 10 minutes. -v names each test, so a run cut by its time
-# limit still tells which tests passed (session 22's two -q runs ended in bare dots).
+# limit still tells which tests passed (session 22's two -q runs ended in bare dots; pyproject's -q
+# cancels it, so -vv). The files sort in the C locale: the device's locale put test_norm_linear.py
+# before test_norm.py, so shards cut here and there were different files (session 23).
 paths=() rest=()
 for arg in "$@"; do
     if [[ -e $arg ]]; then paths+=("$arg"); else rest+=("$arg"); fi
@@ -29,9 +31,9 @@ done
 if [[ -n ${GPU_TESTS_SHARD:-} ]]; then
     shard=${GPU_TESTS_SHARD%/*} parts=${GPU_TESTS_SHARD#*/}
     mapfile -t paths < <(grep -rl "mark.gpu" tests --include='test_*.py' \
-        | grep -v -e '^tests/server/' -e '^tests/harmony/' -e '^tests/test_end_to_end.py' | sort \
+        | grep -v -e '^tests/server/' -e '^tests/harmony/' -e '^tests/test_end_to_end.py' | LC_ALL=C sort \
         | awk -v i="$shard" -v n="$parts" '(NR - 1) % n == i - 1')
 fi
 [[ ${#paths[@]} -gt 0 ]] || paths=(tests)
 python3 -m pytest -m gpu "${paths[@]}" --ignore=tests/server --ignore=tests/harmony \
-    --ignore=tests/test_end_to_end.py -p no:cacheprovider -v --tb=short -rf "${rest[@]}"
+    --ignore=tests/test_end_to_end.py -p no:cacheprovider -vv --tb=short -rf "${rest[@]}"
