@@ -9,7 +9,8 @@ to write those registers before `wgmma.wait_group` says the wgmma finished; in S
 registers of wgmmas that were still in flight across the loop's back edge. This script makes
 that reading repeatable: for each kernel (gate_up, down) and M-tile it walks the main loop twice
 (so the back edge is seen), keeps the HGMMAs that may be in flight with their A registers, and
-reports every instruction that writes one of those registers, e.g.
+reports every instruction that writes one of those registers, e.g. with --async-max-m 32 (how
+the 16- and 32-row tiles ran before session 23; now every wgmma tile waits and none is reported)
 
     gate_up BLOCK_M  32: 11 hazards, first: IMAD R71 written while HGMMA #8 (R68..R71) may run
 
