@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 23, call 2 (the first try was refused: no machine):
+# Session 23, call 2: NOT RUN (five tries refused, no machine; their cost left too little device time). Was:
 # 1. where 64-row v2 tiles start to pay (32 against 64 rows, both waiting for their MMAs each
 #    step, now the default) at 2048 / 4096 / 8192 tokens of one 120b layer;
 # 2. the time to first token of an 8k prompt (one 8192-token prefill chunk: 256 pairs an expert,
