@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 23, call 3: what is left of call 2 (never run: five refusals spent its device time) that
+# Session 23, call 3: NOT RUN (refused: no machine). What is left of call 2 (never run: five refusals spent its device time) that
 # fits ~200 s: the MoE kernels' GPU tests (v2 with every wgmma tile waiting, the tall tiles no
 # longer xfail; they did not run in session 22 either), then where 64-row tiles start to pay.
 set -u

@@ -2506,9 +2506,9 @@ _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6.
 # computed wrong results on an H100 (session 22). Tiles of more than this many rows wait for
 # their MMAs each step, which made them right (session 23). The 16- and 32-row tiles had the
 # same hazards (benchmarks/wgmma_hazards.py lists them) though they always matched the
-# reference; they wait too (correct first), at a cost within the runs' spread (H100, session 23,
-# one 120b layer, separate runs: 16 rows at 256 tokens 868.1 -> 863.9 us; 32 rows at 1024 tokens
-# 1429 -> 1468 (+2.7%), at 8192 6833 -> 6660). 8-row tiles are mma.sync, which does not run
+# reference; they wait too (correct first), at a small cost (H100, session 23, one 120b layer,
+# separate runs: 16 rows at 256 tokens 868.1 -> 863.9 us; 32 rows at 1024 tokens 1429 -> 1468
+# (+2.7%), at 8192 6833 -> 6660). 8-row tiles are mma.sync, which does not run
 # asynchronously. GOSSAMER_V2_ASYNC_MMA_MAX_M for A/B runs.
 _V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX_M", "8")))
 
