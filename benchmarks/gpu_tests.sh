@@ -20,9 +20,9 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=1
 # Arguments that name existing files or folders narrow the run to them (session 22's calls passed
 # test files and ran the whole suite besides: `tests` was always collected); the others go to
 # pytest. GPU_TESTS_SHARD=i/n runs the i-th of n interleaved parts of the files with GPU tests, so
-# that the suite fits device calls of 10 minutes. -v names each test, so a run cut by its time
-# limit still tells which tests passed (session 22's two -q runs ended in bare dots; pyproject's -q
-# cancels it, so -vv). The files sort in the C locale: the device's locale put test_norm_linear.py
+# that the suite fits device calls of 10 minutes. -vv (pyproject's -q takes one v back) names each
+# test, so a run cut by its time limit still tells which tests passed (session 22's runs ended in
+# bare dots). The files sort in the C locale: the device's locale put test_norm_linear.py
 # before test_norm.py, so shards cut here and there were different files (session 23).
 paths=() rest=()
 for arg in "$@"; do

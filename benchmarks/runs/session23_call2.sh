@@ -8,8 +8,7 @@
 #    no longer xfail), the MoE's first. In order of need: the call's time limit cuts the tail.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-R=/tmp/s23c2; mkdir -p $R
-step() { local name=$1 limit=$2; shift 2; echo "=== $name $(date +%T)"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; local rc=$?; echo "exit $rc" >> "$R/$name.log"; tail -n ${TAILN:-14} "$R/$name.log"; tar czf "$OUT/results.tgz" -C /tmp s23c2; return $rc; }
+R=/tmp/s23c2; . benchmarks/runs/step.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
 TAILN=8 step tall_from 50 python3 benchmarks/moe_grouped_sweep.py --block-ms 32,64 --warps 8 --tokens 2048 --confirm 4096,8192 --json $R/tall_from.json
 # the GPU tests of the changed kernel first (call 1's shard 1/3 ran other files)
