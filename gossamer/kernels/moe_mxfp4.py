@@ -2462,9 +2462,12 @@ V2_MIN_BLOCK_M = 8
 # wrong results on the GPU (H100, session 22: relative error inf at 64 rows, 0.82 at 128); with
 # it they are right (session 23, H100, moe_grouped_sweep.py --block-ms 64,128,32, one 120b
 # layer): 8192 tokens 6833 us at 32 rows, 4927 at 64, 6202 at 128; 1024 tokens 1429 / 1583 /
-# 3697. So 64 rows from V2_TALL_MIN_PAIRS pairs an expert (an 8k-token chunk of 120b has 256).
+# 3697. Where they start to pay (session 24, H100, --block-ms 32,64): 2048 tokens (64 pairs an
+# expert) 2113 -> 1959 us, 4096 tokens 3587 -> 2899. In the model: an 8k-prompt TTFT of 120b
+# 318.8 -> 255.9 ms, a 1k prompt of 20b (128 pairs an expert) 29.3 -> 25.2 ms. So 64 rows from
+# V2_TALL_MIN_PAIRS = 64 pairs an expert (120b from 2048 tokens in a step, 20b from 512).
 V2_MAX_BLOCK_M = 64
-V2_TALL_MIN_PAIRS = int(os.environ.get("GOSSAMER_V2_TALL_MIN_PAIRS", "128"))
+V2_TALL_MIN_PAIRS = int(os.environ.get("GOSSAMER_V2_TALL_MIN_PAIRS", "64"))
 V2_TILE_CHANGES = {
     8: {"num_warps": 4, "GROUPS_PER_STEP": int(os.environ.get("GOSSAMER_V2_M8_GROUPS", "8"))},
     16: {"num_warps": 4},

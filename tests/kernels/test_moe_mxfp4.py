@@ -403,11 +403,11 @@ def test_grouped_v2_tall_tiles(moe, block_m):
 def test_v2_block_m_follows_the_cap(moe, monkeypatch):
     """Twice the mean pairs an expert, from 8 rows up to 32, and up to V2_MAX_BLOCK_M only from
     V2_TALL_MIN_PAIRS pairs an expert."""
-    monkeypatch.setattr(moe, "V2_TALL_MIN_PAIRS", 128)
+    monkeypatch.setattr(moe, "V2_TALL_MIN_PAIRS", 64)
     assert moe._v2_block_m(256, 128) == 8  # 64 tokens of 120b: 2 pairs an expert
     assert moe._v2_block_m(4096, 128) == 32  # a 1k prompt: 32 pairs an expert
-    assert moe._v2_block_m(8192, 128) == 32  # 64 pairs an expert: below the tall tiles' start
-    assert moe._v2_block_m(16384, 128) == 64
+    assert moe._v2_block_m(8064, 128) == 32  # 63 pairs an expert: below the tall tiles' start
+    assert moe._v2_block_m(8192, 128) == 64  # 2048 tokens: 64 pairs an expert
     assert moe._v2_block_m(32768, 128) == 64  # an 8k-token chunk
     monkeypatch.setattr(moe, "V2_MAX_BLOCK_M", 32)
     assert moe._v2_block_m(32768, 128) == 32

@@ -399,7 +399,7 @@ def test_plan_reaches_every_moe_launch_of_the_gpt_oss_routings(num_experts):
     """The plan's token counts reach every MoE launch (path, BLOCK_M, integer classes) that any
     batch up to the budget makes, with 128 or 32 experts (the model fixture has 4): the plan's
     view of the MoE paths (warmup.moe_launch_shape) must follow moe_mxfp4's choice."""
-    budget = 4096  # past grouped v2's last BLOCK_M change (64 from 128 pairs an expert)
+    budget = 4096  # past grouped v2's last BLOCK_M change (64 from 64 pairs an expert)
     plan = warmup_plan(4096, budget, 256, MoEShape(num_experts, 4, mxfp4=True))
     with pytest.MonkeyPatch.context() as patch:
         launches, log = moe_launches(num_experts, 4)
@@ -417,7 +417,7 @@ def test_dry_run_writes_no_kv_and_returns_nothing(model):
     runner.kv_cache.normal_()
     before = runner.kv_cache.clone()
     steps = warm_up(runner, progress=False)
-    assert len(steps) == 35  # 28 decode steps; 9, 17, 33, 65, 129, 255 (64-row tiles) and 256
+    assert len(steps) == 35  # 28 decode steps; 9, 17, 33, 65, 127 (64-row tiles), 129 and 256
     assert torch.equal(runner.kv_cache, before)
 
 
