@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 24, call 3: the C=64 bar's command with 64-row tiles from 64 pairs an expert (the 64
+# Session 24, call 3: NOT RUN (refused: no machine, either kind). The C=64 bar's command with 64-row tiles from 64 pairs an expert (the 64
 # 8k-token prefill chunks of the run take them). On an H200 (never measured there since session
 # 13): with the default KV budget, then the batch-64 step profile and batch 1 for the README. On
 # an H100: with --kv-cache-gib 10 (its default budget preempts), against session 22's 2,152.4,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 24, call 4: what fits the last ~230 s of device time after refusals: the C=64 bar's
+# Session 24, call 4: NOT RUN (too little device time left to start a machine). What fits the last ~230 s of device time after refusals: the C=64 bar's
 # command alone (H200: default KV budget; H100: --kv-cache-gib 10, its default preempts).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
