@@ -4,6 +4,7 @@
     python benchmarks/throughput.py --models gpt-oss-120b --json throughput_120b.json
     python benchmarks/throughput.py --smoke                       # CPU-sized: built-in mini model
     python benchmarks/throughput.py --models gpt-oss-120b --concurrency 1 --no-async-scheduling
+    python benchmarks/throughput.py --models gpt-oss-120b --concurrency 64 --requests-per-user 4
 
 The real engine (EngineCore with its default scheduler, CUDA graphs and prefix caching) on one
 GPU, dummy weights. Concurrency C is one batch of C requests all submitted at t = 0 (not a closed
@@ -11,6 +12,12 @@ loop that refills finished slots): each request is --input-len random token ids,
 every other prompt of the run (no prefix-cache hits; the count of hit tokens is reported) and asks
 for exactly --output-len greedy tokens with EOS ignored. Before the first C a short warm-up batch
 (other prompts) compiles the prefill shapes; the decode graphs are captured when the engine starts.
+
+--requests-per-user N (N > 1) runs a closed loop instead, as serving benchmarks with a maximum
+concurrency do (e.g. vLLM's `bench serve --max-concurrency C --num-prompts N*C`): C users each
+submit their next request as soon as the previous one finishes, N requests each, so new prompts'
+prefills share steps with the others' decodes. Time to first token is then counted from each
+request's own submission.
 
 Per C: wall time from submission to the last token, output tok/s, mean time to first token (queue
 and prefill of the whole batch included) and time per output token after it, preemptions, and
@@ -69,6 +76,7 @@ from gossamer.sampling_params import SamplingParams  # noqa: E402
 
 GiB = 1 << 30
 MODE = "batch: C requests submitted at t=0, no refill"
+CLOSED_LOOP = "closed loop: C users, each submits its next request when one finishes"
 WARMUP_OUTPUT_TOKENS = 16
 # --smoke: the built-in model, lengths that run in about a second on a CPU, and a 64 MiB cache
 # (the CPU default of 1 GiB takes longer to allocate than the run)
@@ -136,6 +144,7 @@ class StepLog:
 
     step_seconds: list[float] = field(default_factory=list)
     step_is_prefill: list[bool] = field(default_factory=list)
+    submitted: dict[str, float] = field(default_factory=dict)
     first_token: dict[str, float] = field(default_factory=dict)
     last_token: dict[str, float] = field(default_factory=dict)
     tokens: Counter[str] = field(default_factory=Counter)
@@ -146,6 +155,10 @@ class StepLog:
         pairs = zip(self.step_seconds, self.step_is_prefill, strict=True)
         return sum(seconds for seconds, is_prefill in pairs if is_prefill == prefill)
 
+    def ttft(self) -> list[float]:
+        """Seconds from each request's submission to its first token."""
+        return [first - self.submitted[rid] for rid, first in self.first_token.items()]
+
 
 def random_prompts(generator: torch.Generator, count: int, length: int, vocab: int) -> list:
     """Random token ids: two prompts sharing even one 16-token block is vanishingly unlikely, and
@@ -153,14 +166,25 @@ def random_prompts(generator: torch.Generator, count: int, length: int, vocab: i
     return torch.randint(0, vocab, (count, length), generator=generator).tolist()
 
 
-def run_batch(engine: EngineCore, prompts: list[list[int]], output_len: int) -> StepLog:
-    """Submit every prompt at once and step the engine until all are done."""
+def run_batch(
+    engine: EngineCore, prompts: list[list[int]], output_len: int, users: int | None = None
+) -> StepLog:
+    """Step the engine until every prompt is done: all submitted at once, or with `users` at a
+    time (a closed loop: a finished request's user submits the next prompt before the next step)."""
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
     log = StepLog()
+    waiting = iter(enumerate(prompts))
+    tag = time.monotonic_ns()
+
+    def submit(count: int, now: float) -> None:
+        for i, prompt in itertools.islice(waiting, count):
+            request_id = f"t{tag}-{i}"
+            engine.add_request(request_id, prompt, params)
+            log.submitted[request_id] = now - start
+
     _sync()
     start = previous = time.perf_counter()
-    for i, prompt in enumerate(prompts):
-        engine.add_request(f"t{time.monotonic_ns()}-{i}", prompt, params)
+    submit(users or len(prompts), start)
     while engine.has_unfinished_requests():
         prompt_tokens = engine.stats.prompt_tokens
         outputs = engine.step()
@@ -174,6 +198,7 @@ def run_batch(engine: EngineCore, prompts: list[list[int]], output_len: int) -> 
                 log.first_token.setdefault(output.request_id, now - start)
                 log.last_token[output.request_id] = now - start
                 log.tokens[output.request_id] += len(output.new_token_ids)
+        submit(sum(output.finished for output in outputs), now)
     return log
 
 
@@ -187,12 +212,18 @@ def kv_capacity(engine: EngineCore, concurrency: int, tokens_per_request: int) -
 
 
 def measure(
-    engine: EngineCore, name: str, prompts: list[list[int]], args, bandwidth: float | None
+    engine: EngineCore,
+    name: str,
+    prompts: list[list[int]],
+    args,
+    bandwidth: float | None,
+    concurrency: int | None = None,
 ) -> Row:
-    concurrency, stats = len(prompts), engine.stats
+    """One row: `prompts` all at once, or `concurrency` users working through them in turn."""
+    concurrency, stats = concurrency or len(prompts), engine.stats
     preemptions, hits, modes = stats.num_preemptions, stats.prefix_cache_hits, _step_modes(engine)
     overlapped = engine.num_overlapped_steps
-    log = run_batch(engine, prompts, args.output_len)
+    log = run_batch(engine, prompts, args.output_len, concurrency)
     modes = _step_modes(engine) - modes
     prefill_s, decode_s = log.seconds(prefill=True), log.seconds(prefill=False)
     decode_steps = log.step_is_prefill.count(False)
@@ -206,14 +237,14 @@ def measure(
     return Row(
         model=name,
         concurrency=concurrency,
-        mode=MODE,
+        mode=MODE if concurrency == len(prompts) else CLOSED_LOOP,
         input_len=args.input_len,
         output_len=args.output_len,
         wall_s=wall,
         output_tokens=tokens,
         output_tok_per_s=tokens / wall,
-        mean_ttft_ms=1e3 * statistics.mean(log.first_token.values()),
-        max_ttft_ms=1e3 * max(log.first_token.values()),
+        mean_ttft_ms=1e3 * statistics.mean(log.ttft()),
+        max_ttft_ms=1e3 * max(log.ttft()),
         mean_tpot_ms=1e3 * statistics.mean(time_per_output_token(log)),
         preemptions=stats.num_preemptions - preemptions,
         prefix_cache_hit_tokens=stats.prefix_cache_hits - hits,
@@ -312,8 +343,9 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float | None) ->
     print(HEADER)
     rows = []
     for concurrency in args.concurrency:
-        prompts = random_prompts(generator, concurrency, args.input_len, vocab)
-        rows.append(measure(engine, label, prompts, args, bandwidth))
+        count = concurrency * args.requests_per_user
+        prompts = random_prompts(generator, count, args.input_len, vocab)
+        rows.append(measure(engine, label, prompts, args, bandwidth, concurrency))
         print(rows[-1].line(), flush=True)
     del engine
     gc.collect()  # free the weights now (cycles too): the next KV budget reads free memory
@@ -355,6 +387,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-gib", type=float, default=None)
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument(
+        "--requests-per-user",
+        type=int,
+        default=1,
+        help="1 (default): one batch of C requests at t=0; N > 1: a closed loop of C users, "
+        "N requests each",
+    )
+    parser.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -366,6 +405,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     fill_defaults(args, {"concurrency": "16,64,256", "input_len": 1024, "output_len": 1024}, SMOKE)
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
+    if args.requests_per_user < 1:
+        parser.error("--requests-per-user must be at least 1")
     return args
 
 
@@ -376,11 +417,12 @@ def main(argv: list[str] | None = None) -> dict:
         bandwidth = copy_bandwidth(gib=4)
         print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s")
     overlap = "on" if args.async_scheduling else "off"
-    print(f"{MODE}; {args.input_len} tokens in, {args.output_len} out; async scheduling {overlap}")
+    mode = MODE if args.requests_per_user == 1 else f"{CLOSED_LOOP}, {args.requests_per_user} each"
+    print(f"{mode}; {args.input_len} tokens in, {args.output_len} out; async scheduling {overlap}")
     models = [bench_model(name, args, bandwidth) for name in args.models]
     result = {
         **run_info(args),
-        "mode": MODE,
+        "mode": mode,
         "copy_bandwidth_bytes_per_s": bandwidth,
         "models": models,
     }

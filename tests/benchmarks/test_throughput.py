@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 FIELDS = {
     "concurrency",
@@ -68,3 +69,30 @@ def test_a_cache_too_small_for_the_batch_is_reported_and_still_finishes(benchmar
     assert not row["kv_fits"]
     assert row["output_tokens"] == 4 * row["output_len"]
     assert row["prefill_steps"] > 1  # the waiting requests were admitted later
+
+
+def test_closed_loop_keeps_c_users_busy_until_every_request_is_done(benchmark_script, tmp_path):
+    result = run(benchmark_script, tmp_path, "--concurrency", "2", "--requests-per-user", "3")
+    assert result["mode"].startswith("closed loop")
+    (row,) = result["models"][0]["rows"]
+    assert row["mode"].startswith("closed loop") and row["concurrency"] == 2
+    assert row["output_tokens"] == 6 * row["output_len"]  # 2 users x 3 requests each
+    assert row["prefill_steps"] >= 3  # the later prompts were admitted as earlier ones finished
+    # time to first token counts from each request's own submission: never the whole wall time
+    assert 0 < row["mean_ttft_ms"] <= row["max_ttft_ms"] < 1e3 * row["wall_s"] / 2
+    assert row["prefix_cache_hit_tokens"] == 0 and row["preemptions"] == 0
+
+
+def test_closed_loop_never_has_more_than_c_requests_in_flight(benchmark_script):
+    throughput = benchmark_script("throughput")
+    args = throughput.parse_args(["--smoke", "--concurrency", "3"])
+    engine = throughput.build_engine(args.models[0], args)
+    prompts = throughput.random_prompts(torch.Generator().manual_seed(1), 7, 8, 100)
+    log = throughput.run_batch(engine, prompts, 4, users=3)
+    assert sorted(log.tokens.values()) == [4] * 7
+    for submitted in log.submitted.values():  # requests submitted before t and not done at t
+        in_flight = [
+            rid for rid, start in log.submitted.items() if start <= submitted < log.last_token[rid]
+        ]
+        assert len(in_flight) <= 3
+    assert sum(start > 0 for start in log.submitted.values()) == 4  # refills after finishes
