@@ -7,8 +7,8 @@
     python benchmarks/throughput.py --models gpt-oss-120b --concurrency 64 --requests-per-user 4
 
 The real engine (EngineCore with its default scheduler, CUDA graphs and prefix caching) on one
-GPU, dummy weights. Concurrency C is one batch of C requests all submitted at t = 0 (not a closed
-loop that refills finished slots): each request is --input-len random token ids, distinct from
+GPU, dummy weights. By default concurrency C is one batch of C requests all submitted at t = 0
+(no refill of finished slots; --requests-per-user below): each request is --input-len random token ids, distinct from
 every other prompt of the run (no prefix-cache hits; the count of hit tokens is reported) and asks
 for exactly --output-len greedy tokens with EOS ignored. Before the first C a short warm-up batch
 (other prompts) compiles the prefill shapes; the decode graphs are captured when the engine starts.
