@@ -26,6 +26,7 @@ import torch
 from timing import copy_bandwidth
 
 from gossamer.config import ModelConfig
+from gossamer.engine.core import kv_cache_dtype
 from gossamer.model.loader import load_model
 from gossamer.runner.model_runner import ModelRunner, SeqInput
 
@@ -141,15 +142,17 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[R
         cuda_graphs=not args.no_cuda_graphs,
         graph_sizes=tuple(args.batch_sizes),
         warmup=not args.no_warmup,
+        kv_cache_dtype=kv_cache_dtype(args.kv_cache_dtype, model.dtype, model.device),
     )
     print(
         f"{name}: runner start-up (kernel warm-up, graph capture) {time.perf_counter() - started:.1f} s"
     )
-    runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
+    fill_random(runner.kv_cache)  # random KV: reading it costs what a real context costs
+    kv_bytes = runner.kv_cache.element_size()
     first_token = time_to_first_token(name, runner, args.prompt_len, blocks_per_seq, cfg, bandwidth)
     rows.append(first_token)
     for batch, context in combos:
-        nbytes = step_bytes(cfg, batch, context + args.steps // 2)
+        nbytes = step_bytes(cfg, batch, context + args.steps // 2, kv_bytes)
         timers = {"decode": timed_decode, "fed": timed_decode_fed}
         for kind, timer in timers.items():
             seqs = make_seqs(batch, context, math.ceil((context + args.steps + 16) / BLOCK))
@@ -162,6 +165,14 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float) -> list[R
     del runner, model, loaded
     torch.cuda.empty_cache()
     return rows
+
+
+def fill_random(kv_cache: torch.Tensor) -> None:
+    """N(0, 0.5) keys and values, one layer slice at a time (fp8 has no normal_: drawn in bf16)."""
+    for layer in kv_cache:
+        layer.copy_(
+            torch.empty(layer.shape, dtype=torch.bfloat16, device=layer.device).normal_(0, 0.5)
+        )
 
 
 def time_to_first_token(
@@ -239,6 +250,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=1024)
     parser.add_argument("--ops", default="auto")
     parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8 (e4m3)")
     parser.add_argument("--transformers", action="store_true", help="also time transformers")
     parser.add_argument(
         "--moe-decode",

@@ -231,7 +231,8 @@ def measure(
     floor = None
     if bandwidth:  # the mean context of the decode steps
         context = args.input_len + args.output_len // 2
-        floor = step_bytes(engine.model_config, concurrency, context) / bandwidth
+        kv_bytes = engine.runner.kv_cache.element_size()
+        floor = step_bytes(engine.model_config, concurrency, context, kv_bytes) / bandwidth
     kv_blocks, kv_needed = kv_capacity(engine, concurrency, args.input_len + args.output_len)
     wall, tokens = max(log.last_token.values()), sum(log.tokens.values())
     return Row(
@@ -308,6 +309,7 @@ def build_engine(name: str, args: argparse.Namespace) -> EngineCore:
         kv_cache_memory=int(args.kv_cache_gib * GiB) if args.kv_cache_gib else None,
         cuda_graphs=not args.no_cuda_graphs,
         async_scheduling=args.async_scheduling,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
     return EngineCore(loaded.model, None, config)
 
@@ -385,6 +387,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input-len", type=int, default=None, help="default 1024")
     parser.add_argument("--output-len", type=int, default=None, help="default 1024")
     parser.add_argument("--kv-cache-gib", type=float, default=None)
+    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8 (e4m3)")
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument(
         "--requests-per-user",

@@ -66,6 +66,9 @@ class EngineConfig:
     # launch the next plain decode step before applying this one's tokens (engine/overlap.py);
     # with speculative decoding, while speculation is idle at the batch
     async_scheduling: bool = False
+    # "auto": keys and values in the model's dtype; "fp8" (or "fp8_e4m3"): float8 e4m3 with a
+    # scale of 1, half the bytes (twice the tokens in a budget, half the reads of long contexts)
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass
@@ -97,7 +100,10 @@ class EngineCore:
         self.model_config = model.config
         self.max_model_len = model.max_model_len
         layout = KVCacheLayout.from_model_config(model.config)
-        self.num_blocks = config.num_blocks or _blocks_for_budget(model, layout, config)
+        self.kv_cache_dtype = kv_cache_dtype(config.kv_cache_dtype, model.dtype, model.device)
+        self.num_blocks = config.num_blocks or _blocks_for_budget(
+            model, layout, config, self.kv_cache_dtype
+        )
         self.kv_cache_manager = KVCacheManager.from_layout(
             layout,
             self.num_blocks,
@@ -142,6 +148,7 @@ class EngineCore:
             cuda_graphs=config.cuda_graphs,
             graph_query_lens=graph_query_lens,
             warmup=config.warmup,
+            kv_cache_dtype=self.kv_cache_dtype,
             **tree_options,
         )
         if self.speculator is not None:  # the cost-aware k's step costs, timed on this runner
@@ -525,7 +532,9 @@ class BlockTables:
         return self._views[1]
 
 
-def _blocks_for_budget(model, layout: KVCacheLayout, config: EngineConfig) -> int:
+def _blocks_for_budget(
+    model, layout: KVCacheLayout, config: EngineConfig, cache_dtype: torch.dtype
+) -> int:
     memory = config.kv_cache_memory or kv_cache_bytes(model.device, config.gpu_memory_utilization)
     cfg = model.config
     return num_blocks_for_memory(
@@ -534,8 +543,32 @@ def _blocks_for_budget(model, layout: KVCacheLayout, config: EngineConfig) -> in
         num_kv_heads=cfg.num_key_value_heads,
         head_dim=cfg.head_dim,
         block_size=config.block_size,
-        dtype=model.dtype,
+        dtype=cache_dtype,
     )
+
+
+# EngineConfig.kv_cache_dtype names besides "auto" (the model's dtype)
+KV_CACHE_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn}
+
+
+def kv_cache_dtype(name: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The KV cache's element type for EngineConfig.kv_cache_dtype `name`.
+
+    fp8 values are stored unscaled (a scale of 1): e4m3 keeps 3 mantissa bits and saturates at
+    +-448, so it trades accuracy for memory and bandwidth, as other engines' fp8 caches without
+    calibrated scales do. The Triton kernels need fp8 conversions in hardware (compute
+    capability 8.9+); the torch ops (CPU) widen the cache to float32 for the math."""
+    if name == "auto":
+        return model_dtype
+    if name not in KV_CACHE_DTYPES:
+        choices = ", ".join(["auto", *KV_CACHE_DTYPES])
+        raise ValueError(f"kv_cache_dtype must be one of {choices}, got {name!r}")
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        raise ValueError(
+            f"kv_cache_dtype={name!r} needs a GPU of compute capability 8.9 or newer (Ada, "
+            f"Hopper); this one is {torch.cuda.get_device_capability(device)}: use 'auto'"
+        )
+    return KV_CACHE_DTYPES[name]
 
 
 def kv_cache_bytes(device: torch.device, utilization: float) -> int:

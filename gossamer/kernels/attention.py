@@ -282,7 +282,8 @@ def _paged_attention_kernel(
         tl.debug_barrier()  # this program's cache stores above are visible to its loads below
     else:
         q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
-    q = q.to(k_cache_ptr.dtype.element_ty)
+    if not k_cache_ptr.dtype.element_ty.is_fp8():  # an fp8 cache is read in q's dtype
+        q = q.to(k_cache_ptr.dtype.element_ty)
     sink = (
         tl.load(sinks_ptr + row_head, mask=row_valid, other=0.0).to(tl.float32) * 1.4426950408889634
     )
@@ -398,6 +399,8 @@ def _kv_tile(k_cache_ptr, v_cache_ptr, block_table_row, stride_bt_block, start, 
 def _attend_tile(q, k, v, visible, row_max, row_sum, acc, scale_log2, DOT_PRECISION: tl.constexpr):
     """One key tile of the online softmax: q [BLOCK_M, D] against k, v [BLOCK_N, D] where
     `visible` [BLOCK_M, BLOCK_N]; returns the running max (log2 units), sum and accumulator."""
+    k = k.to(q.dtype)  # an fp8 cache's tiles widen here; otherwise a no-op
+    v = v.to(q.dtype)
     scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
     scores = tl.where(visible, scores, float("-inf"))
     new_max = tl.maximum(row_max, tl.max(scores, axis=1))
@@ -458,7 +461,8 @@ def _write_new_kv(
     k_ptrs = k_new_ptr + token * stride_k_new_tok + kv_head * stride_k_new_head + dims
     k_table = cos_sin_ptr + position * stride_cos_sin
     k = _rotated(k_ptrs, k_table, dims < HEAD_DIM, dims, HEAD_DIM // 2)
-    k = k.to(k_cache_ptr.dtype.element_ty)
+    # rounded to k's dtype first, as rope.py's output is before the cache write (an fp8 cache)
+    k = k.to(k_new_ptr.dtype.element_ty).to(k_cache_ptr.dtype.element_ty)
     v = tl.load(v_new_ptr + token * stride_v_new_tok + kv_head * stride_v_new_head + dims)
     v = v.to(v_cache_ptr.dtype.element_ty)
     stored = slot >= 0

@@ -50,9 +50,11 @@ def _rotate_heads(
     out1 = x1 * cos - x2 * sin
     out2 = x2 * cos + x1 * sin
     dst = dst_ptr + token * stride_dst_token + heads * stride_dst_head + dims
+    # rounded to the source's dtype first: what the rope op returns, so a cache write in another
+    # dtype (fp8) stores the bits of rope then write_kv
     dtype = dst_ptr.dtype.element_ty
-    tl.store(dst, out1.to(dtype), mask=store_mask)
-    tl.store(dst + HALF, out2.to(dtype), mask=store_mask)
+    tl.store(dst, out1.to(first.dtype).to(dtype), mask=store_mask)
+    tl.store(dst + HALF, out2.to(first.dtype).to(dtype), mask=store_mask)
 
 
 @triton.jit

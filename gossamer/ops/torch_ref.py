@@ -121,8 +121,8 @@ class TorchOps:
         slots = slot_mapping[keep]
         _, num_blocks, block_size, heads, dim = kv_cache.shape
         flat = kv_cache.view(2, num_blocks * block_size, heads, dim)
-        flat[0, slots] = k[keep].to(kv_cache.dtype)
-        flat[1, slots] = v[keep].to(kv_cache.dtype)
+        flat[0, slots] = _to_cache(k[keep], kv_cache.dtype)
+        flat[1, slots] = _to_cache(v[keep], kv_cache.dtype)
 
     def rope_and_write_kv(
         self,
@@ -238,6 +238,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     x1, x2 = x.float().chunk(2, dim=-1)  # [T, heads, D/2]
     cos, sin = cos[:, None, :], sin[:, None, :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def _to_cache(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in the cache's dtype; into fp8, saturated at its largest finite value (as the Triton
+    kernels' conversions are) rather than left to the cast's handling of out-of-range values."""
+    if dtype.itemsize == 1 and dtype.is_floating_point:
+        limit = torch.finfo(dtype).max
+        x = x.clamp(-limit, limit)
+    return x.to(dtype)
 
 
 def _tree_masks_host(metadata: AttentionMetadata) -> Sequence[int]:

@@ -191,9 +191,11 @@ class ModelRunner:
         graph_query_lens: tuple[int, ...] = (1,),
         tree_query_len: int | None = None,
         warmup: bool = True,
+        kv_cache_dtype: torch.dtype | None = None,
     ) -> None:
         """`tree_query_len`: tokens per sequence of the tree graphs (module doc), a tree
-        verification step's 1 + nodes; None: no tree graphs (and no warm-up of tree kernels)."""
+        verification step's 1 + nodes; None: no tree graphs (and no warm-up of tree kernels).
+        `kv_cache_dtype`: the cache's element type (None: the model's dtype)."""
         if tree_query_len is not None and not 1 <= tree_query_len <= MAX_TREE_QUERY_LEN:
             raise ValueError(
                 f"tree_query_len must be 1..{MAX_TREE_QUERY_LEN}, not {tree_query_len}"
@@ -202,7 +204,7 @@ class ModelRunner:
         self.tree_query_len = tree_query_len
         self.block_size = block_size
         self.device = model.device
-        self.kv_cache = model.allocate_kv_cache(num_blocks, block_size)
+        self.kv_cache = model.allocate_kv_cache(num_blocks, block_size, kv_cache_dtype)
         self.max_num_seqs = max_num_seqs
         self.max_tokens = max(max_num_batched_tokens, max_num_seqs)
         self.max_blocks_per_seq = -(-model.max_model_len // block_size)

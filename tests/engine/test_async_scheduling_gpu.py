@@ -8,6 +8,7 @@ into a captured graph's input buffer, freeing blocks while a step still runs).""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.model.loader import load_model
@@ -81,4 +82,22 @@ def test_abort_while_a_step_is_in_flight_frees_its_blocks_on_the_gpu(setup):
         for out in engine.step():
             tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
     assert set(tokens) == {"1", "2", "4"}
+    assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks - 1
+
+
+def test_fp8_kv_cache_keeps_the_greedy_continuations_on_the_gpu(setup):
+    """The trained built-in model over an fp8 cache (Triton kernels, graphs, overlapped steps):
+    the greedy requests start as over the bf16 cache (e4m3 moves logits a little, so long
+    continuations may part), and every block comes back."""
+    model, tokenizer = setup
+    batch = requests(tokenizer)
+    exact = run_all(engine_for(setup, True), batch)
+    config = EngineConfig(num_blocks=512, max_num_seqs=16, async_scheduling=True,
+                          kv_cache_dtype="fp8")  # fmt: skip
+    engine = EngineCore(model, tokenizer, config)
+    assert engine.runner.kv_cache.dtype == torch.float8_e4m3fn
+    rounded = run_all(engine, batch)
+    assert engine.stats.runner_steps[GRAPH] > 20
+    for key in (("0", 0), ("2", 0), ("4", 0)):  # the greedy ones
+        assert rounded[0][key][:4] == exact[0][key][:4], key
     assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks - 1

@@ -8,7 +8,7 @@ import torch
 
 from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.engine.errors import PromptTooLongError, RequestError
-from gossamer.engine.reference import generate_stream
+from gossamer.engine.reference import ContiguousCache, forward_tokens, generate_stream
 from gossamer.model.loader import load_model
 from gossamer.sampling_params import SamplingParams
 from tests.hf_models import write_hf_model
@@ -151,3 +151,53 @@ def test_bad_requests_raise_typed_errors(model):
     too_big = engine_for(model, num_blocks=5)
     with pytest.raises(RequestError):
         too_big.add_request("huge", [1] * 100, GREEDY)
+
+
+def _greedy_over_fp8_cache(model, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
+    """The single-sequence reference over an fp8 copy of its cache: (greedy tokens, the prompt's
+    last logits)."""
+    cache = ContiguousCache(model, len(prompt) + steps)
+    cache.kv_cache = cache.kv_cache.to(torch.float8_e4m3fn)
+    logits = forward_tokens(model, cache, prompt, 0)[-1]
+    first_logits, tokens = logits, []
+    for _ in range(steps):
+        tokens.append(int(logits.argmax()))
+        logits = forward_tokens(model, cache, tokens[-1:], len(prompt) + len(tokens) - 1)[-1]
+    return tokens, first_logits
+
+
+def test_fp8_kv_cache_holds_more_blocks_and_batches_as_the_fp8_reference(model):
+    memory = 4 << 20
+    exact = EngineCore(model, None, EngineConfig(block_size=4, kv_cache_memory=memory))
+    engine = engine_for(model, num_blocks=None, kv_cache_memory=memory, kv_cache_dtype="fp8",
+                        max_num_batched_tokens=24, max_num_seqs=8)  # fmt: skip
+    assert engine.runner.kv_cache.dtype == torch.float8_e4m3fn
+    assert engine.num_blocks == exact.num_blocks * model.dtype.itemsize  # fp32 model: 4x
+    batch = prompts(8, seed=5)
+    together, _ = run_all(engine, {str(i): (p, GREEDY) for i, p in enumerate(batch)})
+    for i, prompt in enumerate(batch):
+        tokens, logits = _greedy_over_fp8_cache(model, prompt, 12)
+        assert together[(str(i), 0)] == tokens
+        # e4m3 rounding moves the logits a little, not nothing
+        exact_logits = forward_tokens(model, ContiguousCache(model, len(prompt)), prompt, 0)[-1]
+        assert not torch.equal(logits, exact_logits)
+        torch.testing.assert_close(logits, exact_logits, atol=0.05, rtol=0.05)
+
+
+def test_unknown_kv_cache_dtype_is_a_clear_error(model):
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8, fp8_e4m3"):
+        engine_for(model, kv_cache_dtype="int4")
+
+
+def test_kv_cache_dtype_flag():
+    import argparse
+
+    from gossamer.engine.args import add_engine_arguments, engine_config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    assert engine_config_from_args(parser.parse_args([])).kv_cache_dtype == "auto"
+    config = engine_config_from_args(parser.parse_args(["--kv-cache-dtype", "fp8"]))
+    assert config.kv_cache_dtype == "fp8"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--kv-cache-dtype", "int8"])

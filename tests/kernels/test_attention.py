@@ -57,6 +57,7 @@ def make_batch(
     device: str = "cpu",
     seed: int = 0,
     null_before_window: bool = True,
+    kv_dtype: torch.dtype | None = None,  # the cache's (fp8); None: dtype
 ) -> Batch:
     """A paged batch in shuffled physical blocks (never block 0). Blocks that left every query's
     window are the null block 0 in the table; block 0 and the unused tail of each sequence's last
@@ -66,8 +67,8 @@ def make_batch(
     num_blocks = 2 + sum(blocks_needed)
     physical = torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(seed)) + 1
     shape = (2, num_blocks, block_size, num_kv_heads, head_dim)
-    kv_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
-    kv_cache[:, 0] = float("nan")
+    kv_cache = torch.randn(shape, generator=gen, device=device).to(kv_dtype or dtype)
+    kv_cache[:, 0] = float("nan")  # NOTE: the interpreter reads fp8's NaN as 480, as wrong
     block_table = torch.zeros(len(seqs), max(blocks_needed) + 1, dtype=torch.int32)
     used = 0
     for seq, (query_len, seq_len) in enumerate(seqs):
@@ -438,6 +439,61 @@ def test_write_kv_matches_reference(kernels: ModuleType, dtype: torch.dtype) -> 
     assert torch.equal(cache, expected)
 
 
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fp8_cache_is_read_in_the_query_dtype(kernels: ModuleType, dtype: torch.dtype) -> None:
+    """An fp8 cache widens to q's dtype inside the kernel (fp8 values are exact in fp16 and fp32),
+    so every launch shape matches the reference reading the same fp8 cache."""
+    tol = dict(atol=3e-3, rtol=3e-3) if dtype == torch.float16 else {}
+    decode = make_batch([(1, 37), (1, 5), (1, 64)], dtype=dtype, kv_dtype=FP8)
+    assert decode.kv_cache.dtype == FP8
+    assert_matches(run_op(kernels, decode), decode, **tol)
+    assert_matches(run_tuned(kernels, decode, num_splits=3, block_n=16), decode, **tol)
+    for window in (None, 6):
+        mixed = make_batch(MIXED, sliding_window=window, dtype=dtype, kv_dtype=FP8)
+        assert_matches(run_tuned(kernels, mixed, block_q=2, block_n=16), mixed, **tol)
+
+
+def test_fp8_cache_changes_the_output_by_its_rounding_only(kernels: ModuleType) -> None:
+    """The same batch over a float32 cache and over its fp8 copy: close (e4m3 keeps 3 mantissa
+    bits) but not equal, so the fp8 launch really reads the rounded values."""
+    exact = make_batch([(1, 40), (6, 30)], sliding_window=8)
+    rounded = make_batch([(1, 40), (6, 30)], sliding_window=8, kv_dtype=FP8)
+    same = rounded.kv_cache.float(), exact.kv_cache.to(FP8).float()
+    torch.testing.assert_close(*same, atol=0, rtol=0, equal_nan=True)  # NaN: slots never read
+    out_exact = run_op(kernels, exact)
+    out_rounded = run_op(kernels, rounded)
+    assert not torch.equal(out_exact, out_rounded)
+    torch.testing.assert_close(out_rounded, out_exact, atol=0.1, rtol=0.1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_write_kv_into_fp8_cache(kernels: ModuleType, dtype: torch.dtype) -> None:
+    """k and v stored into an fp8 cache as the reference stores them. The inputs are fp8 values
+    (their conversion is exact): the interpreter rounds some fp8 conversions wrongly (1.95 -> 1.0,
+    a mantissa carry it drops), so conversions that round are checked on the GPU."""
+    gen = torch.Generator().manual_seed(2)
+    k, v = (torch.randn(2, 6, 2, 16, generator=gen) * 4).to(FP8).to(dtype)
+    slots = torch.tensor([5, -1, 0, 11, 22, -1], dtype=torch.int64)
+    cache = torch.randn(2, 6, 4, 2, 16, generator=gen).to(FP8)
+    expected = cache.clone()
+    TorchOps().write_kv(k, v, expected, slots)
+    kernels.write_kv(k, v, cache, slots)
+    assert torch.equal(cache.view(torch.uint8), expected.view(torch.uint8))
+    assert torch.equal(cache[1].flatten(0, 1)[22].float(), v[4].float())
+
+
+def test_reference_write_saturates_fp8() -> None:
+    """Out-of-range values land on +-448 (e4m3's largest), as the kernels' conversions do."""
+    cache = torch.zeros(2, 1, 4, 1, 2, dtype=FP8)
+    k = torch.tensor([[[1000.0, -1e6]], [[3.0, float("inf")]]])
+    TorchOps().write_kv(k, -k, cache, torch.tensor([0, 1]))
+    assert cache[0, 0, :2].flatten().float().tolist() == [448.0, -448.0, 3.0, 448.0]
+    assert cache[1, 0, :2].flatten().float().tolist() == [-448.0, 448.0, -3.0, -448.0]
+
+
 # ---------------------------------------------------------------- GPU: gpt-oss-120b shapes
 
 GPU_SHAPES = dict(num_q_heads=64, num_kv_heads=8, head_dim=64, block_size=16, dtype=torch.bfloat16)
@@ -608,6 +664,34 @@ def test_gpu_write_kv() -> None:
     TorchOps().write_kv(k, v, expected, slots)
     kernels.write_kv(k, v, cache, slots)
     assert torch.equal(cache, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
+def test_gpu_fp8_cache(sliding_window) -> None:
+    from gossamer.kernels import attention as kernels
+
+    decode = _gpu_batch(_random_decodes(64, 8192, 3), sliding_window, kv_dtype=FP8)
+    _assert_gpu_matches(run_op(kernels, decode), decode)
+    mixed = _gpu_batch([(1000, 4003), (1, 8192), (4, 300)], sliding_window, kv_dtype=FP8)
+    _assert_gpu_matches(run_op(kernels, mixed), mixed)
+
+
+@pytest.mark.gpu
+def test_gpu_write_kv_into_fp8_cache() -> None:
+    """bf16 -> e4m3 rounding and saturation: the kernel's bits are the reference's."""
+    from gossamer.kernels import attention as kernels
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    cache = torch.zeros(2, 64, 16, 8, 64, device="cuda", dtype=FP8)
+    k, v = (torch.randn(2, 300, 8, 64, generator=gen, device="cuda") * 100).to(torch.bfloat16)
+    k[0, 0, :4] = torch.tensor([1000.0, -1000.0, 447.0, 1.9453125])  # saturate; round up a binade
+    slots = torch.randperm(64 * 16, device="cuda")[:300]
+    slots[::7] = -1
+    expected = cache.clone()
+    TorchOps().write_kv(k, v, expected, slots)
+    kernels.write_kv(k, v, cache, slots)
+    assert torch.equal(cache.view(torch.uint8), expected.view(torch.uint8))
 
 
 # (seqs, options of make_batch, tree parents per sequence, launch knobs): several 16-key
