@@ -4,8 +4,8 @@
 # 2. H200: the C=64 bar's command (default KV budget; last measured on an H200 in session 13),
 #    the same with --kv-cache-dtype fp8, the batch-64 step profile (never run on an H200), batch 1
 #    for the README and 120b batch 1 at 8k over an fp8 cache;
-#    H100 (--kv-cache-gib 10, its default budget preempts): C=64 bf16 and fp8 KV, then tall tiles
-#    from 128 pairs (session 23's threshold) against 64, the batch-64 profile.
+#    H100 (--kv-cache-gib 10, its default budget preempts): C=64 bf16 and fp8 KV, the batch-64
+#    profile, C=64 as a closed loop of 64 users with 2 requests each.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s25c1; . benchmarks/runs/step.sh
@@ -22,6 +22,6 @@ if grep -q H200 $R/gpu.txt; then
 else
   TAILN=6 step tp120_c64_kv10 150 python3 $TP --kv-cache-gib 10 --json $R/tp120_c64_kv10.json
   TAILN=6 step tp120_c64_kv10_fp8 150 python3 $TP --kv-cache-gib 10 --kv-cache-dtype fp8 --json $R/tp120_c64_kv10_fp8.json
-  TAILN=6 step tp120_c64_kv10_tall128 150 env GOSSAMER_V2_TALL_MIN_PAIRS=128 python3 $TP --kv-cache-gib 10 --json $R/tp120_c64_kv10_tall128.json
   TAILN=45 step profile120_b64 110 python3 $PROFILE --json $R/profile120_b64.json
+  TAILN=6 step tp120_c64_kv10_loop2 150 python3 $TP --kv-cache-gib 10 --requests-per-user 2 --json $R/tp120_c64_kv10_loop2.json
 fi

@@ -192,6 +192,8 @@ def move_accepted_kv(
                         int(table[position // block_size]) * block_size + position % block_size
                     )
     flat = kv_cache.flatten(2, 3)  # [layers, 2, slots, kv_heads, head_dim], a view
+    if flat.element_size() == 1:  # an fp8 cache moves as bytes: every backend indexes uint8
+        flat = flat.view(torch.uint8)
     for source, target in zip(sources, targets, strict=True):
         if source:
             # NOTE: the gather on the right is a copy, so overlapping moves read the old values

@@ -222,3 +222,14 @@ def _path(parents, node: int) -> list[int]:
         path.append(node)
         node = parents[node]
     return path[::-1]
+
+
+def test_move_accepted_kv_moves_an_fp8_cache_as_it_moves_a_float_one():
+    gen = torch.Generator().manual_seed(4)
+    exact = torch.randn(2, 2, 6, 4, 2, 8, generator=gen)  # [layers, 2, blocks, block, heads, dim]
+    rounded = exact.to(torch.float8_e4m3fn)
+    tables = ([1, 2, 3], [4, 5, 0])
+    moves = [(tables, 5, [1, 3, 4])]  # nodes 1, 3, 4 accepted: they move to 0, 1, 2's slots
+    move_accepted_kv(exact, moves)
+    move_accepted_kv(rounded, moves)
+    assert torch.equal(rounded.view(torch.uint8), exact.to(torch.float8_e4m3fn).view(torch.uint8))
