@@ -52,9 +52,10 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_speed import BLOCK, make_seqs, timed_decode  # noqa: E402
+from decode_speed import BLOCK, fill_random, make_seqs, timed_decode  # noqa: E402
 from throughput import fill_defaults, load_dummy, run_info  # noqa: E402
 
+from gossamer.engine.core import kv_cache_dtype  # noqa: E402
 from gossamer.runner.model_runner import ModelRunner  # noqa: E402
 
 COPY_PREFIXES = ("Memcpy", "Memset")  # how CUPTI names copies and fills
@@ -251,8 +252,9 @@ def bench_model(name: str, args: argparse.Namespace) -> list[dict]:
         max_num_batched_tokens=biggest,
         cuda_graphs=not args.no_cuda_graphs,
         graph_sizes=tuple(args.batch_sizes),
+        kv_cache_dtype=kv_cache_dtype(args.kv_cache_dtype, loaded.model.dtype, loaded.model.device),
     )
-    runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
+    fill_random(runner.kv_cache)  # random KV: reading it costs what a real context costs
     results = []
     for batch in args.batch_sizes:
         result = profile_batch(runner, Path(name).name, batch, args)
@@ -279,6 +281,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=30, help="kernels printed (the JSON has all)")
     parser.add_argument("--ops", default="auto")
     parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8 (e4m3)")
     parser.add_argument(
         "--no-graph-profile", action="store_true", help="skip profiling the graph replays"
     )

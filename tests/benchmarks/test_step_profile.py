@@ -46,3 +46,12 @@ def test_smoke_profile_accounts_for_the_whole_step(benchmark_script, tmp_path):
         # the unembedding is one matrix product per step, whatever the batch
         assert any(k["name"] == "aten::mm" and k["calls_per_step"] == 1 for k in kernels)
         assert p["graph_profile"] is None  # no graphs on a CPU
+
+
+def test_smoke_profile_over_an_fp8_cache(benchmark_script, tmp_path):
+    path = tmp_path / "profile.json"
+    flags = ["--smoke", "--batch-sizes", "2", "--kv-cache-dtype", "fp8", "--json", str(path)]
+    benchmark_script("step_profile").main(flags)
+    record = json.loads(path.read_text())
+    assert [p["batch"] for p in record["profiles"]] == [2]
+    assert record["profiles"][0]["kernels"]
