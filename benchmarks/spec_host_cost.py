@@ -147,7 +147,7 @@ class OracleModel:
             raise ValueError("two texts begin alike: the model could not tell them apart")
         self._text_of_block = {}
 
-    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype=None) -> torch.Tensor:
         return torch.empty(0)
 
     def __call__(self, input_ids, positions, metadata, kv_cache, fed_ids=None) -> torch.Tensor:
