@@ -104,6 +104,10 @@ class EngineCore:
         self.num_blocks = config.num_blocks or _blocks_for_budget(
             model, layout, config, self.kv_cache_dtype
         )
+        logger.info(
+            "KV cache: %d blocks of %d tokens in %s", self.num_blocks, config.block_size,
+            str(self.kv_cache_dtype).removeprefix("torch."),
+        )  # fmt: skip
         self.kv_cache_manager = KVCacheManager.from_layout(
             layout,
             self.num_blocks,
