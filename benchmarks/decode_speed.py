@@ -26,7 +26,7 @@ import torch
 from timing import copy_bandwidth
 
 from gossamer.config import ModelConfig
-from gossamer.engine.core import kv_cache_dtype
+from gossamer.engine.core import KV_CACHE_DTYPES, kv_cache_dtype
 from gossamer.model.loader import load_model
 from gossamer.runner.model_runner import ModelRunner, SeqInput
 
@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=1024)
     parser.add_argument("--ops", default="auto")
     parser.add_argument("--no-cuda-graphs", action="store_true")
-    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8 (e4m3)")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES])
     parser.add_argument("--transformers", action="store_true", help="also time transformers")
     parser.add_argument(
         "--moe-decode",

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_speed import BLOCK, fill_random, make_seqs, timed_decode  # noqa: E402
 from throughput import fill_defaults, load_dummy, run_info  # noqa: E402
 
-from gossamer.engine.core import kv_cache_dtype  # noqa: E402
+from gossamer.engine.core import KV_CACHE_DTYPES, kv_cache_dtype  # noqa: E402
 from gossamer.runner.model_runner import ModelRunner  # noqa: E402
 
 COPY_PREFIXES = ("Memcpy", "Memset")  # how CUPTI names copies and fills
@@ -281,7 +281,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=30, help="kernels printed (the JSON has all)")
     parser.add_argument("--ops", default="auto")
     parser.add_argument("--no-cuda-graphs", action="store_true")
-    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8 (e4m3)")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES])
     parser.add_argument(
         "--no-graph-profile", action="store_true", help="skip profiling the graph replays"
     )

@@ -8,8 +8,8 @@
 
 The real engine (EngineCore with its default scheduler, CUDA graphs and prefix caching) on one
 GPU, dummy weights. By default concurrency C is one batch of C requests all submitted at t = 0
-(no refill of finished slots; --requests-per-user below): each request is --input-len random token ids, distinct from
-every other prompt of the run (no prefix-cache hits; the count of hit tokens is reported) and asks
+(no refill of finished slots; --requests-per-user below): each request is --input-len random
+token ids, distinct from every other prompt of the run (no prefix-cache hits; the count of hit tokens is reported) and asks
 for exactly --output-len greedy tokens with EOS ignored. Before the first C a short warm-up batch
 (other prompts) compiles the prefill shapes; the decode graphs are captured when the engine starts.
 
@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_speed import step_bytes  # noqa: E402
 from timing import copy_bandwidth  # noqa: E402
 
-from gossamer.engine.core import EngineConfig, EngineCore  # noqa: E402
+from gossamer.engine.core import KV_CACHE_DTYPES, EngineConfig, EngineCore  # noqa: E402
 from gossamer.model.loader import load_model  # noqa: E402
 from gossamer.models import default_model_path  # noqa: E402
 from gossamer.sampling_params import SamplingParams  # noqa: E402
@@ -387,7 +387,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input-len", type=int, default=None, help="default 1024")
     parser.add_argument("--output-len", type=int, default=None, help="default 1024")
     parser.add_argument("--kv-cache-gib", type=float, default=None)
-    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8 (e4m3)")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES])
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument(
         "--requests-per-user",
