@@ -2,6 +2,8 @@
 decode projections (QKV, O, router) at M = 1, 4, 8 rows, against cuBLAS.
 
     python benchmarks/gemv_sweep.py --out $OUT/gemv_sweep.json      (about a minute on an H200)
+    python benchmarks/gemv_sweep.py --wide --out $OUT/gemv_wide.json   (M = 16, 32, 64: the
+        "_wide" tiles that a decode batch of up to 64 would take with GOSSAMER_GEMV_MAX_M=64)
 
 Each point is `copies` calls on different weights captured back to back in one CUDA graph, as in
 kernels_small.py (weights come from HBM, launch gaps as in the decode graph). It prints us per call,
@@ -31,6 +33,7 @@ from gossamer.kernels.gemv import GemvConfig
 
 SHAPES = [("qkv", 5120, 2880), ("o_proj", 2880, 4096), ("router_120b", 128, 2880)]  # all biased
 TOKENS = (1, 4, 8)
+WIDE_TOKENS = (16, 32, 64)
 
 # None = the current default for the shape (gemv.CONFIGS); fma configs run at M == 1 only.
 SWEEP: dict[str, list[GemvConfig | None]] = {
@@ -63,6 +66,34 @@ SWEEP: dict[str, list[GemvConfig | None]] = {
 }
 
 
+# --wide: tiles for 16..64 rows. Every program reads the whole x tile of its K range, so W blocks
+# of 64-128 rows keep x's L2 reads near W's bytes; the batch-16 tile (16 x 64, one warp) shows
+# what narrow blocks cost there.
+WIDE_SWEEP: dict[str, list[GemvConfig | None]] = {
+    "medium": [
+        None,
+        GemvConfig(block_n=64, block_k=64, num_warps=4, num_stages=6, programs_per_sm=2),
+        GemvConfig(block_n=64, block_k=128, num_warps=4, num_stages=3, programs_per_sm=2),
+        GemvConfig(block_n=64, block_k=64, num_warps=4, programs_per_sm=4),
+        GemvConfig(block_n=64, block_k=64, num_warps=4, split_k=1),
+        GemvConfig(block_n=128, block_k=64, num_warps=4, programs_per_sm=1),
+        GemvConfig(block_n=128, block_k=64, num_warps=8, programs_per_sm=1),
+        GemvConfig(block_n=32, block_k=64, num_warps=2, programs_per_sm=4),
+        GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=8),
+    ],
+    "narrow": [
+        None,
+        GemvConfig(block_n=16, block_k=64, num_warps=1, programs_per_sm=1),
+        GemvConfig(block_n=32, block_k=64, num_warps=2, programs_per_sm=2),
+        GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, programs_per_sm=1),
+        GemvConfig(block_n=64, block_k=64, num_warps=4, programs_per_sm=1),
+        GemvConfig(block_n=128, block_k=64, num_warps=4, programs_per_sm=1),
+        GemvConfig(block_n=32, block_k=64, num_warps=2, programs_per_sm=1, fixup="reduce"),
+    ],
+}
+WIDE_SWEEP["tall"] = WIDE_SWEEP["medium"]
+
+
 def label(config: GemvConfig) -> str:
     split = "auto" if config.split_k is None else str(config.split_k)
     stages = f" s{config.num_stages}" if config.kernel == "dot" else ""
@@ -76,18 +107,21 @@ def output_ok(x, weight, bias, config) -> bool:
     return bool(torch.allclose(out, exact, atol=3e-2, rtol=2e-2))
 
 
-def sweep_shape(name: str, n: int, k: int, bandwidth: float, sms: int) -> list[dict]:
+def sweep_shape(
+    name: str, n: int, k: int, bandwidth: float, sms: int, tokens=TOKENS, sweep=None
+) -> list[dict]:
     copies = copies_for(n * k * 2, max_copies=512)
     weights = list(zip(*make_weights(n, k, True, copies), strict=True))
+    sweep = SWEEP if sweep is None else sweep
     rows = []
-    for m in TOKENS:
+    for m in tokens:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         nbytes = gemv_bytes(m, n, k, True)
         cublas_us = 1e6 * graph_seconds_per_call([functools.partial(F.linear, x, w, b)
                                                   for w, b in weights])  # fmt: skip
         print(f"{name:12s} M={m} {'cuBLAS':56s} {_numbers(cublas_us, nbytes, bandwidth)}")
         rows.append(_row(name, m, "cuBLAS", None, cublas_us, nbytes, bandwidth, cublas_us, True))
-        for config in SWEEP[gemv.shape_class(n, k)]:
+        for config in sweep[gemv.shape_class(n, k)]:
             plan = gemv.plan_gemv(m, n, k, sms, config)
             if config is not None and plan.config.kernel != config.kernel:
                 continue  # an fma config at M > 1 would only repeat a dot one
@@ -132,10 +166,11 @@ def best_rows(rows: list[dict]) -> dict[str, dict]:
     return best
 
 
-def supported_max_m(best: dict[str, dict]) -> int:
-    """The largest swept M such that at it and every smaller M each shape's best beats cuBLAS."""
+def supported_max_m(best: dict[str, dict], tokens=TOKENS) -> int:
+    """The largest swept M such that at it and every smaller swept M each shape's best beats
+    cuBLAS."""
     max_m = 0
-    for m in TOKENS:
+    for m in tokens:
         at_m = [row for row in best.values() if row["m"] == m]
         if len(at_m) < len(SHAPES) or any(row["us"] > row["cublas_us"] for row in at_m):
             break
@@ -146,7 +181,10 @@ def supported_max_m(best: dict[str, dict]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=None, help="JSON file to write")
+    parser.add_argument("--wide", action="store_true",
+                        help=f"M = {WIDE_TOKENS} with the wide tiles (WIDE_SWEEP)")  # fmt: skip
     args = parser.parse_args()
+    tokens, sweep = (WIDE_TOKENS, WIDE_SWEEP) if args.wide else (TOKENS, SWEEP)
     torch.manual_seed(0)
     begin = time.time()
     bandwidth = copy_bandwidth()
@@ -156,14 +194,14 @@ def main() -> None:
           f"copy bandwidth {bandwidth / 1e12:.2f} TB/s, {time.strftime('%Y-%m-%d')}")  # fmt: skip
     rows = []
     for name, n, k in SHAPES:
-        rows += sweep_shape(name, n, k, bandwidth, sms)
+        rows += sweep_shape(name, n, k, bandwidth, sms, tokens, sweep)
         torch.cuda.empty_cache()
     best = best_rows(rows)
     print("# best per shape and M (floor = bytes / copy bandwidth)")
     for key, row in best.items():
         print(f"{key:18s} {row['us']:7.2f} us (cuBLAS {row['cublas_us']:6.2f}, floor "
               f"{row['floor_us']:5.2f}) {row['config']}")  # fmt: skip
-    max_m = supported_max_m(best)
+    max_m = supported_max_m(best, tokens)
     print(f"# best beats cuBLAS on every shape up to M = {max_m}; {time.time() - begin:.0f} s")
     if args.out:
         result = dict(device=device, sms=sms, torch=torch.__version__, triton=triton.__version__,

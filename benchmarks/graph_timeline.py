@@ -1,6 +1,7 @@
-"""Where a fed batch-1 decode step's time goes inside its CUDA graph, kernel by kernel (issue #8).
+"""Where a fed decode step's time goes inside its CUDA graph, kernel by kernel (issue #8).
 
     python benchmarks/graph_timeline.py --model gpt-oss-20b --json timeline.json
+    python benchmarks/graph_timeline.py --model gpt-oss-120b --batch 64   (a batch-64 step)
 
 One model a process: CUPTI may collect nothing from graphs captured after a profiler session ran
 (step_profile.py's profile_in_child), so a second model would be captured after the first's.
@@ -15,8 +16,8 @@ everything before it in the step. The end deltas of a step plus the idle time be
 kernel sum to the step's period.
 
 Per kernel name: calls a step, median duration, and end deltas (median a call, sum a step), and
-for the parts whose bytes are known (QKV, O, router, the experts' GEMVs, the unembedding) their
-byte floor a step (bytes / the copy bandwidth measured in the same run); the step's period, the
+at batch 1, for the parts whose bytes are known (QKV, O, router, the experts' GEMVs, the
+unembedding), their byte floor a step (bytes / the copy bandwidth measured in the same run); the step's period, the
 span inside the graph and the idle time between steps (graph launch, the input copies and, without
 the graph's own greedy pick, the argmax) beside the unprofiled fed step from decode_speed.py. Steps
 are cut at the embedding kernel, each step's first.
@@ -41,7 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_speed import BLOCK, fed_step, make_seqs, timed_decode_fed  # noqa: E402
+from decode_speed import BLOCK, fed_step, fill_random, make_seqs, timed_decode_fed  # noqa: E402
 from throughput import load_dummy, run_info  # noqa: E402
 from timing import copy_bandwidth  # noqa: E402
 
@@ -254,20 +255,22 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     max_len = args.context + args.timed_steps + args.profile_steps + 32
     loaded = load_dummy(name, max_len)
     blocks = math.ceil(max_len / BLOCK)
+    batch = args.batch
     runner = ModelRunner(
         loaded.model,
-        num_blocks=1 + 2 * blocks,
+        num_blocks=1 + 2 * blocks * batch,
         block_size=BLOCK,
-        max_num_seqs=1,
-        max_num_batched_tokens=1,
+        max_num_seqs=batch,
+        max_num_batched_tokens=batch,
         cuda_graphs=True,
-        graph_sizes=(1,),
+        graph_sizes=(batch,),
     )
-    runner.kv_cache.normal_(0, 0.5)  # random KV: reading it costs what a real context costs
-    fed_s = timed_decode_fed(runner, make_seqs(1, args.context, blocks), args.timed_steps)
-    events = profile_fed(runner, make_seqs(1, args.context, blocks), args.profile_steps)
+    fill_random(runner.kv_cache)  # random KV: reading it costs what a real context costs
+    fed_s = timed_decode_fed(runner, make_seqs(batch, args.context, blocks), args.timed_steps)
+    events = profile_fed(runner, make_seqs(batch, args.context, blocks), args.profile_steps)
     raw = {
         "model": Path(name).name,
+        "batch": batch,
         "fed_step_us": fed_s * 1e6,
         "events": [asdict(e) for e in events],
     }
@@ -276,15 +279,17 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     layers = loaded.config.num_hidden_layers
     result = {**timeline(split_steps(events), layers), "fed_step_us": fed_s * 1e6}
     result["copy_bandwidth_bytes_s"] = bandwidth = copy_bandwidth()
-    floors(result["kernels"], loaded.config, bandwidth)
-    print_timeline(raw["model"], result, args.top)
-    return {"model": raw["model"], **result}
+    if batch == 1:  # part_bytes counts a batch-1 step's reads
+        floors(result["kernels"], loaded.config, bandwidth)
+    print_timeline(f"{raw['model']} batch {batch}", result, args.top)
+    return {"model": raw["model"], "batch": batch, **result}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="gpt-oss-20b")
     parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=1, help="sequences a step (one graph size)")
     parser.add_argument("--profile-steps", type=int, default=8)
     parser.add_argument("--timed-steps", type=int, default=64)
     parser.add_argument("--top", type=int, default=40)

@@ -1,4 +1,4 @@
-"""Linear layers for decode-sized batches: y[M, N] = x[M, K] @ W[N, K].T + bias, M = 1..16.
+"""Linear layers for decode-sized batches: y[M, N] = x[M, K] @ W[N, K].T + bias, M = 1..64.
 
 At decode a dense projection is bound by reading W once (gpt-oss-120b per layer: QKV 29.5 MB,
 O 23.6 MB, router 0.74 MB), so what matters is how many bytes each SM keeps in flight, that every SM
@@ -20,7 +20,8 @@ K is split over `split_k` programs that write float32 partial sums. They are add
 ("last": no second launch), or by `_reduce_splits_kernel` ("reduce"). Both add the bias and cast.
 
 Tiles come from `CONFIGS`, one per shape class picked by `shape_class`; `gemv(..., config=...)`
-overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS.
+overrides them (benchmarks/gemv_sweep.py sweeps them). Above GEMV_MAX_M rows `linear` uses cuBLAS,
+except for the shape classes in CLASS_MAX_M, which the kernels serve further (the router to 64 rows).
 The pure-torch twin is torch.nn.functional.linear. `logits` (the unembedding) asks for a float32
 output: the kernels round to x's dtype and store the widened values (ROUND_OUT), which is
 linear(...).float() without the cast kernel. Asked for each row's argmax too (`greedy_out`: the
@@ -67,8 +68,21 @@ from gossamer.ops.base import DecodeAdvance
 # M = 1 and 4 (O 8.9 vs 11.4 us, router 3.5 vs 6.2 us, QKV 10.2 vs 10.5 us at M = 1) but not on
 # QKV at M = 8 (10.75 vs 10.46 us). The third session's sweep (with PDL) measured M = 8 faster too:
 # QKV 10.33 vs 10.52 us, O 8.84 vs 11.51, router 2.63 vs 6.28 (a 1 + 7 verification step).
-GEMV_MAX_M = 8
-MAX_ROWS = 16  # most x rows one call serves (the MMA column tile grows to 16)
+# (GOSSAMER_GEMV_MAX_M: every class up to that many rows, for A/B runs.)
+GEMV_MAX_M = int(os.environ.get("GOSSAMER_GEMV_MAX_M", "8"))
+MAX_ROWS = 64  # most x rows one call serves (the MMA column tile grows to 64)
+WIDE_FROM = 9  # from this many rows a shape class takes its "_wide" config, where it has one
+# Classes served past GEMV_MAX_M, on their "_wide" tiles. Measured on an H100 (2026-12-06,
+# gemv_sweep.py --wide, 120b shapes, graphs of back-to-back calls, us, cuBLAS in brackets):
+# the router at 16 / 32 / 64 rows 2.81 / 3.00 / 3.55 (6.70 / 6.80 / 6.80: cuBLAS splits K and
+# adds a reduce kernel); O 12.31 / 13.61 (14.16 / 14.33) at 16 / 32 rows but 14.94 (11.85) at 64.
+# QKV lost at every width (14.5-17.0 against 13.1-13.7): cuBLAS keeps it. With all three classes
+# here up to 64 rows, the batch-64 step of 120b (H100, throughput.py at C=64) took 27.47 ms
+# against 27.24 with cuBLAS: QKV's and O's losses outweigh the router's gain.
+# (GOSSAMER_GEMV_WIDE=0: cuBLAS past GEMV_MAX_M for every class, for A/B runs.)
+CLASS_MAX_M = (
+    {"narrow": 64, "medium": 32} if os.environ.get("GOSSAMER_GEMV_WIDE", "1") == "1" else {}
+)
 MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
 COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
 NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT constexpr)
@@ -138,6 +152,15 @@ CONFIGS: dict[str, GemvConfig] = {
     "tall_m1": GemvConfig(block_n=16, block_k=64, num_warps=1, split_k=1, num_stages=12),
     # unembedding-sized: thousands of row blocks already fill the GPU
     "huge": GemvConfig(block_n=64, block_k=64, split_k=1, num_warps=4),
+    # WIDE_FROM..64 rows (CLASS_MAX_M), the sweep's best (H100, gemv_sweep.py --wide): the router
+    # split 15 ways with a reduce launch (the "last" fixup's partial reads cost more at 16+ rows:
+    # 3.28 / 4.54 / 6.65 us at 16 / 32 / 64); O on 32-row blocks, 2 warps
+    "narrow_wide": GemvConfig(
+        block_n=32, block_k=64, num_warps=2, programs_per_sm=1, fixup="reduce"
+    ),
+    "medium_wide": GemvConfig(block_n=32, block_k=64, num_warps=2, programs_per_sm=4),
+    # QKV (cuBLAS serves it past GEMV_MAX_M; this tile was the sweep's best at 32 rows)
+    "tall_wide": GemvConfig(block_n=64, block_k=64, num_warps=4, programs_per_sm=4),
     # the unembedding at M == 1 (TRITON_UNEMBED): 32 rows x 256 bytes (8 KB) a step, 4 in flight.
     # In the graph (H200, fusion_ab.py, fed, 2026-12-04, 5 rounds) five other tiles were no faster
     # (16x64w1s8, 32x256w4s3 and 16x256w2s4 within 1.5 us of it, 64x64w4s4 +8 us)
@@ -167,7 +190,31 @@ def shape_class(out_features: int, in_features: int) -> str:
 
 def default_config(num_tokens: int, out_features: int, in_features: int) -> GemvConfig:
     name = shape_class(out_features, in_features)
-    return CONFIGS.get(f"{name}_m1" if num_tokens == 1 else name, CONFIGS[name])
+    if num_tokens == 1:
+        return CONFIGS.get(f"{name}_m1", CONFIGS[name])
+    if num_tokens >= WIDE_FROM:
+        return CONFIGS.get(f"{name}_wide", CONFIGS[name])
+    return CONFIGS[name]
+
+
+def max_rows(name: str) -> int:
+    """The most rows `linear` sends to the kernels for shape class `name` (0: never)."""
+    if name in TRITON_CLASSES:
+        return max(GEMV_MAX_M, CLASS_MAX_M.get(name, 0))
+    return 1 if name == "huge" and TRITON_UNEMBED else 0
+
+
+def launch_key(num_tokens: int) -> tuple:
+    """What selects the Triton binaries `linear` runs at this many rows: per shape class whether
+    the kernels serve it, then the config (M == 1, wide or not), BLOCK_M (a function of
+    next_power_of_2(M) and the config) and Triton's integer specialization of M (1, a multiple of
+    16, or neither). The warm-up (runner/warmup.py) runs a step at the first count of each key."""
+    served = tuple(num_tokens <= max_rows(name) for name in (*TRITON_CLASSES, "huge"))
+    if num_tokens < 1 or not any(served):
+        return ()
+    wide = num_tokens >= WIDE_FROM
+    pow2 = triton.next_power_of_2(num_tokens)
+    return (served, num_tokens == 1, wide, pow2, num_tokens % 16 == 0)
 
 
 @dataclass(frozen=True)
@@ -213,14 +260,13 @@ def plan_gemv(
 def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `linear` sends x [..., K] @ weight[N, K].T to the Triton kernels (else cuBLAS)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows == 0 or rows > GEMV_MAX_M or x.dtype != weight.dtype:
+    if rows == 0 or x.dtype != weight.dtype:
         return False
-    name = shape_class(*weight.shape)
-    return name in TRITON_CLASSES or (name == "huge" and rows == 1 and TRITON_UNEMBED)
+    return rows <= max_rows(shape_class(*weight.shape))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton up to GEMV_MAX_M rows, else cuBLAS."""
+    """x [..., K] @ weight[N, K].T + bias -> [..., N]: Triton where `serves`, else cuBLAS."""
     if not serves(x, weight):
         return F.linear(x, weight, bias)
     return gemv(x, weight, bias)

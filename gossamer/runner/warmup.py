@@ -17,13 +17,14 @@ persistent buffers; what changes from step to step is:
   (kernels/moe_grouped_gemv.py, up to a second limit) with its M-tile size, then the grouped
   path, whose BLOCK_M grows with the mean pairs per expert. Both grouped MXFP4 paths sort their
   pairs by expert with a binary per power of two of pairs (moe_grouped_gemv.schedule_sort_size).
-* linear (kernels/gemv.py): Triton up to GEMV_MAX_M rows with BLOCK_M = next_power_of_2(rows) and
-  M == 1 specialized; cuBLAS above (nothing to compile). rms_norm and rope: one key each.
+* linear (kernels/gemv.py): Triton up to GEMV_MAX_M rows with BLOCK_M = next_power_of_2(rows), its
+  own config at M == 1 and from WIDE_FROM rows, and M specialized (1, a multiple of 16, neither):
+  gemv.launch_key; cuBLAS above (nothing to compile). rms_norm and rope: one key each.
 
 The plan: decode launches of 1, 2, 4 and 8 tokens (each BLOCK_Q), each at a short context (one
 split) and at the shortest context of each split count 2..MAX_SPLITS (every num_splits a batch of
 one can get; larger batches get fewer splits, never a new count), and prefill steps at the first
-token count of each MoE launch shape the decode steps missed, above DECODE_MAX_QUERY_LEN (the prefill
+token count of each MoE and linear launch shape the decode steps missed, above DECODE_MAX_QUERY_LEN (the prefill
 attention) and at the full token budget (the largest activations, so the allocator holds them).
 For gpt-oss-120b with the default 8192-token budget: 4 x 7 decode steps + 4 prefill steps.
 
@@ -150,12 +151,17 @@ def split_contexts(max_model_len: int) -> list[int]:
 
 
 def prefill_token_counts(max_tokens: int, decode_lens: list[int], moe: MoEShape) -> list[int]:
-    """Token counts of the steps after the decode ones: the first count of each MoE launch shape
-    that no decode step reaches, one above DECODE_MAX_QUERY_LEN (the prefill attention launch) and
-    the full budget."""
+    """Token counts of the steps after the decode ones: the first count of each (MoE, linear)
+    launch shape that no decode step reaches, one above DECODE_MAX_QUERY_LEN (the prefill
+    attention launch) and the full budget."""
+    from gossamer.kernels import gemv
     from gossamer.kernels.attention import DECODE_MAX_QUERY_LEN
 
-    launch = moe_launch_shape(moe)
+    moe_shape = moe_launch_shape(moe)
+
+    def launch(count: int) -> tuple:
+        return moe_shape(count), gemv.launch_key(count)
+
     covered = {launch(count) for count in decode_lens}
     first: dict[tuple, int] = {}
     for count in range(1, max_tokens + 1):

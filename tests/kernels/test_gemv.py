@@ -55,6 +55,74 @@ def test_float32_matches_exact(gemv, config, m, n, k):
     torch.testing.assert_close(out.double(), _exact(x, weight, bias), atol=2e-5, rtol=2e-5)
 
 
+WIDE = {  # tiles for 17..64 rows: BLOCK_M 32 or 64 beside 32-row W blocks
+    "wide_split": GemvConfig(kernel="dot", block_n=32, block_k=32, num_warps=2),
+    "wide_reduce": GemvConfig(kernel="dot", block_n=32, block_k=32, num_warps=2, fixup="reduce"),
+    "wide_no_split": GemvConfig(kernel="dot", block_n=32, block_k=32, num_warps=2, split_k=1),
+}
+
+
+@pytest.mark.parametrize("config", WIDE.keys())
+@pytest.mark.parametrize("m", [17, 32, 64])
+def test_wide_batches_match_exact(gemv, config, m):
+    """Batches past 16 rows (a decode step of up to 64 sequences): ragged rows of W (70) and of
+    x (17), K with a tail (200), split or not; float32 exact, float16 rounded once."""
+    x, weight, bias = _problem(m, 70, 200, torch.float32, seed=m)
+    out = gemv.gemv(x, weight, bias, WIDE[config])
+    assert out.shape == (m, 70)
+    torch.testing.assert_close(out.double(), _exact(x, weight, bias), atol=2e-5, rtol=2e-5)
+    half = [t.to(torch.float16) for t in (x, weight, bias)]
+    out = gemv.gemv(*half, WIDE[config])
+    torch.testing.assert_close(out, _exact(*half).to(torch.float16), atol=2e-3, rtol=1e-3)
+
+
+def test_wide_batches_take_the_wide_tiles():
+    """From WIDE_FROM rows each shape class takes its "_wide" config, whose x tile covers all the
+    rows (BLOCK_M = next power of two): the router of gpt-oss-120b on 32-row blocks split over K
+    with a reduce launch, O on 32-row blocks (2 warps), not the one-warp 16-row blocks of batches
+    up to 8; and `linear` serves the router to 64 rows and O to 32."""
+    from gossamer.kernels import gemv as gemv_module
+
+    for n, k, name in [(5120, 2880, "tall"), (2880, 4096, "medium"), (128, 2880, "narrow")]:
+        small = plan_gemv(gemv_module.WIDE_FROM - 1, n, k, 132)
+        assert small.config == gemv_module.CONFIGS[name] and small.block_m == 8
+        for m, block_m in [(gemv_module.WIDE_FROM, 16), (17, 32), (33, 64), (64, 64)]:
+            plan = plan_gemv(m, n, k, 132)
+            assert plan.config == gemv_module.CONFIGS[f"{name}_wide"] and plan.block_m == block_m
+            assert (plan.split_k - 1) * plan.k_per_split < k <= plan.split_k * plan.k_per_split
+    router = plan_gemv(64, 128, 2880, 132)
+    assert router.config.fixup == "reduce" and router.split_k > 1 and router.config.block_n == 32
+    weight = {name: torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+              for name, n, k in [("router", 128, 2880), ("o", 2880, 4096), ("qkv", 5120, 2880)]}  # fmt: skip
+    served = {
+        name: max(m for m in range(1, 80)
+                  if gemv_module.serves(torch.empty(m, w.shape[1], dtype=w.dtype, device="meta"), w))
+        for name, w in weight.items()
+    }  # fmt: skip
+    assert served == {"router": 64, "o": 32, "qkv": gemv_module.GEMV_MAX_M}
+
+
+def test_launch_keys_part_the_row_counts_as_triton_compiles_them(monkeypatch):
+    from gossamer.kernels import gemv as gemv_module
+
+    monkeypatch.setattr(gemv_module, "GEMV_MAX_M", 64)
+    firsts: dict[tuple, int] = {}
+    for m in range(1, 65):
+        firsts.setdefault(gemv_module.launch_key(m), m)
+    # M == 1; BLOCK_M 2, 4, 8, 16 (and 16 rows, a multiple of 16); wide BLOCK_M 32 and 64 (each
+    # with its multiples of 16: 32; 48 and 64)
+    assert sorted(firsts.values()) == [1, 2, 3, 5, 9, 16, 17, 32, 33, 48]
+    assert gemv_module.launch_key(65) == () and gemv_module.launch_key(0) == ()
+    # by default: (narrow, medium, tall, huge) served at 1 row, then QKV (tall) to cuBLAS past
+    # GEMV_MAX_M and O (medium) past 32 rows; the router (narrow) to 64
+    monkeypatch.setattr(gemv_module, "GEMV_MAX_M", 8)
+    served = [gemv_module.launch_key(m)[0] for m in (1, 8, 9, 32, 33, 64)]
+    assert served == [(True, True, True, True), (True, True, True, False),
+                      (True, True, False, False), (True, True, False, False),
+                      (True, False, False, False), (True, False, False, False)]  # fmt: skip
+    assert gemv_module.launch_key(65) == ()
+
+
 def test_tiny_configs_cover_split_and_tail():
     """The parametrization above means what it says: these plans split K, others do not."""
     for name, config in TINY.items():
@@ -112,7 +180,7 @@ def test_logits_take_the_triton_gemv_where_it_serves(gemv, monkeypatch):
     x, weight, _ = _problem(1, 70, 200, torch.float16, seed=13)
     out = gemv.logits(x, weight)
     assert out.dtype == torch.float32 and torch.equal(out, gemv.gemv(x, weight, None).float())
-    many = torch.randn(gemv.GEMV_MAX_M + 1, 200, device=DEVICE).to(torch.float16)
+    many = torch.randn(gemv.max_rows("narrow") + 1, 200, device=DEVICE).to(torch.float16)
     assert torch.equal(gemv.logits(many, weight), F.linear(many, weight).float())  # torch's
     # the unembedding's shape ("huge"): Triton at one token only with TRITON_UNEMBED on
     x1 = torch.empty(1, 2880, dtype=torch.bfloat16, device="meta")
@@ -150,7 +218,7 @@ def test_logits_pick_greedily_on_every_path(gemv):
     x, weight, _ = _problem(1, 70, 200, torch.float16, seed=16)
     unused = torch.zeros(1, dtype=torch.int64, device=DEVICE)
     assert not gemv._gemv(x, weight, None, TINY["dot"], torch.float32, unused, None)[1]  # split: no
-    for rows in (1, 3, gemv.GEMV_MAX_M + 1):
+    for rows in (1, 3, gemv.GEMV_MAX_M + 1, gemv.max_rows("narrow") + 1):
         x = torch.randn(rows, 200, device=DEVICE).to(torch.float16)
         greedy = torch.full((rows,), -1, dtype=torch.int64, device=DEVICE)
         out = gemv.logits(x, weight, greedy)
@@ -326,7 +394,7 @@ def test_strided_input_rows_and_leading_dims(gemv):
 
 
 def test_linear_hands_large_batches_to_torch(gemv, monkeypatch):
-    x, weight, bias = _problem(gemv.GEMV_MAX_M + 1, 16, 64, torch.float32, seed=4)
+    x, weight, bias = _problem(gemv.max_rows("narrow") + 1, 16, 64, torch.float32, seed=4)
     assert torch.equal(gemv.linear(x, weight, bias), F.linear(x, weight, bias))
     with pytest.raises(ValueError, match="at most"):
         gemv.gemv(torch.randn(gemv.MAX_ROWS + 1, 64, device=DEVICE), weight, bias)
@@ -369,7 +437,7 @@ def _check_bf16(out, x, weight, bias):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 17, 48, 64])  # from 17: the "_wide" tiles
 @pytest.mark.parametrize("name,n,k", GPT_OSS_SHAPES)
 def test_gpu_gpt_oss_projections_bf16(name, n, k, m):
     from gossamer.kernels import gemv as compiled

@@ -152,7 +152,7 @@ def record_launches(patch: pytest.MonkeyPatch, modules, log: list[Launch]) -> No
 
 
 @contextlib.contextmanager
-def recording(model, fused_norm_max_m: int | None = None):
+def recording(model, fused_norm_max_m: int | None = None, gemv_max_m: int | None = None):
     """The model on RecordingOps with H200 SM counts; yields the launch log."""
     log: list[Launch] = []
     modules = [module for module in model.modules() if hasattr(module, "ops")]
@@ -160,6 +160,8 @@ def recording(model, fused_norm_max_m: int | None = None):
     with pytest.MonkeyPatch.context() as patch:
         if fused_norm_max_m is not None:
             patch.setattr(gemv, "FUSED_NORM_MAX_M", fused_norm_max_m)
+        if gemv_max_m is not None:
+            patch.setattr(gemv, "GEMV_MAX_M", gemv_max_m)
         kernel_modules = (attention, moe_mxfp4, moe_grouped_gemv, gemv, norm, rope, embed)
         record_launches(patch, kernel_modules, log)
         patch.setattr(attention, "_sm_count", lambda device: H200_SMS)
@@ -220,9 +222,14 @@ class Recorded:
 def recorded(model, request) -> Recorded:
     """Warm-up and then serving, with the RMSNorm as its own launch (the default) and folded into
     the GEMV prologue (gemv.FUSED_NORM_MAX_M)."""
+    return record(model, fused_norm_max_m=request.param)
+
+
+def record(model, **patches) -> Recorded:
+    """The warm-up's launches step by step, then serving_steps()'s (`recording`'s patches)."""
     runner = make_runner(model)
     per_step: list[set[Launch]] = []
-    with recording(model, fused_norm_max_m=request.param) as log:
+    with recording(model, **patches) as log:
         real_dry_run = runner.dry_run
 
         def dry_run(seqs: list[SeqInput]) -> None:
@@ -280,8 +287,14 @@ def test_warm_up_runs_its_plan_once_per_step(recorded):
     tile_firsts = {
         t for t in grouped[1:] if pick(t * TOP_K, EXPERTS) != pick((t - 1) * TOP_K, EXPERTS)
     }
-    # sorts of 64..512 from 17, 33, 65, 129
-    assert set(rest[1:-1]) == sort_firsts | {first_32} | (tile_firsts - {BUDGET})
+    # sorts of 64..512 from 17, 33, 65, 129; and each change of the linear's launches (this
+    # model's projections are router-sized: Triton to 64 rows, BLOCK_M 16 / 32 / 64, M % 16)
+    first_of_key: dict[tuple, int] = {}
+    for t in range(1, BUDGET + 1):
+        first_of_key.setdefault(gemv.launch_key(t), t)
+    gemv_firsts = {t for t in first_of_key.values() if t >= 10}
+    assert gemv_firsts == {16, 17, 32, 33, 48, 65}
+    assert set(rest[1:-1]) == sort_firsts | {first_32} | (tile_firsts - {BUDGET}) | gemv_firsts
 
 
 def test_every_later_launch_was_compiled_by_the_warm_up(recorded):
@@ -335,10 +348,16 @@ def test_prefill_attention_and_moe_paths(recorded):
                      for t in moe_tokens("grouped_gemv")}  # fmt: skip
     # this model's projections are all router-sized: at M == 1 the FMA kernel on whole rows
     assert constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M") == ROW_CLASSES - {(1,)}
+    wide_tile = constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_N", "num_warps", BLOCK_M=64)
+    assert wide_tile == {
+        (gemv.CONFIGS["narrow_wide"].block_n, gemv.CONFIGS["narrow_wide"].num_warps)
+    }
     assert constexprs(recorded.warm, "_gemv_fma_kernel", "BLOCK_N", "SPLIT") == {(1, 0)}
 
 
-ROW_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # 1, 2, 4, ... to the max
+# 1, 2, 4, ... to the most rows the router-sized projections take the Triton GEMV (64)
+ROW_CLASSES = {(1 << i,) for i in range(gemv.max_rows("narrow").bit_length())}
+FOLDED_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # the fold: to 8
 
 
 def test_norms_folded_into_the_gemvs_are_warmed_up(recorded, request):
@@ -353,7 +372,23 @@ def test_norms_folded_into_the_gemvs_are_warmed_up(recorded, request):
     if "norm-launch" in request.node.callspec.id:
         assert folded == set()
     else:
-        assert folded == {(m, *kind) for (m,) in ROW_CLASSES for kind in kinds}
+        assert folded == {(m, *kind) for (m,) in FOLDED_CLASSES for kind in kinds}
+
+
+def test_triton_linears_up_to_64_rows_are_warmed_up(model):
+    """With the Triton GEMV serving batches up to 64 rows (GOSSAMER_GEMV_MAX_M=64: its wide tiles
+    from gemv.WIDE_FROM rows), the warm-up still compiles every launch serving makes: BLOCK_M 16,
+    32 and 64, the wide config, and row counts that are multiples of 16."""
+    wide = record(model, gemv_max_m=64)
+    missing = wide.serving - wide.warm
+    assert not missing, f"serving launches the warm-up missed:\n{describe(missing)}"
+    tiles = constexprs(wide.warm, "_gemv_dot_kernel", "BLOCK_M", "BLOCK_N")
+    assert {m for m, _ in tiles} == {2, 4, 8, 16, 32, 64}
+    narrow_wide = gemv.CONFIGS["narrow_wide"].block_n  # this model's projections are router-sized
+    assert {m for m, n in tiles if n == narrow_wide} >= {32, 64}
+    rows = {launch.arg("M")[2] for launch in wide.warm if launch.kernel == "_gemv_dot_kernel"}
+    assert rows == {False, True}  # M % 16 == 0 at 16, 32, 48, 64 rows, and not elsewhere
+    assert {16, 17, 32, 33, 48} <= {step.num_tokens for step in wide.steps}
 
 
 PLAN_HOLES = {
@@ -417,7 +452,8 @@ def test_dry_run_writes_no_kv_and_returns_nothing(model):
     runner.kv_cache.normal_()
     before = runner.kv_cache.clone()
     steps = warm_up(runner, progress=False)
-    assert len(steps) == 35  # 28 decode steps; 9, 17, 33, 65, 127 (64-row tiles), 129 and 256
+    # 28 decode steps; 9, 16, 17, 32, 33, 48, 65, 127 (64-row tiles), 129 and 256
+    assert len(steps) == 38
     assert torch.equal(runner.kv_cache, before)
 
 
