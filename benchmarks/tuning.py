@@ -7,7 +7,8 @@ GEMV's configs to its best point; `apply_grouped_sweep(path)` does the same for 
 kernels from benchmarks/moe_grouped_sweep.py; `apply_gemv_sweep(path)` reads gemv_sweep.py's JSON,
 picks per shape class (and separately for M = 1) the config with the least total time over that
 class's shapes, and sets `gemv.GEMV_MAX_M` to the largest M up to which the Triton GEMV beat cuBLAS
-on every shape. Both return what they set, for the record. The defaults in the source are then
+on every shape; from a `--wide` sweep (every M >= gemv.WIDE_FROM) it sets the "_wide" configs and
+`gemv.CLASS_MAX_M`, per class the largest M up to which they beat cuBLAS on that class's shapes. Both return what they set, for the record. The defaults in the source are then
 updated by hand from the same JSON, so a later run without these files measures the same code.
 """
 
@@ -49,17 +50,33 @@ def apply_gemv_sweep(path: str) -> dict:
         chosen[key] = _least_total_time(members)
     for key, config in chosen.items():
         gemv.CONFIGS[key] = gemv.GemvConfig(**config)
+    if all(row["m"] >= gemv.WIDE_FROM for row in result["rows"]):  # a --wide sweep
+        limits = {name: _max_m_beating_cublas(result["rows"], chosen, {name})
+                  for name in {_class(shape) for shape, _, _ in SHAPES}}  # fmt: skip
+        gemv.CLASS_MAX_M = {name: m for name, m in limits.items() if m}
+        return {"configs": chosen, "CLASS_MAX_M": gemv.CLASS_MAX_M}
     gemv.GEMV_MAX_M = _max_m_beating_cublas(result["rows"], chosen)
     return {"configs": chosen, "GEMV_MAX_M": gemv.GEMV_MAX_M}
 
 
+def _class(shape: str) -> str:
+    n, k = next((n, k) for name, n, k in SHAPES if name == shape)
+    return gemv.shape_class(n, k)
+
+
+def _config_key(name: str, m: int) -> str:
+    """gemv.CONFIGS's key of class `name` at M rows (as gemv.default_config picks it)."""
+    if m == 1:
+        return f"{name}_m1"
+    return f"{name}_wide" if m >= gemv.WIDE_FROM else name
+
+
 def _by_class_and_m(rows: list[dict]) -> dict[str, list[dict]]:
-    """Rows keyed "<class>_m1" (M = 1) or "<class>" (M > 1), classes as gemv.shape_class."""
-    classes = {name: gemv.shape_class(n, k) for name, n, k in SHAPES}
+    """Rows keyed "<class>_m1" (M = 1), "<class>_wide" (M >= gemv.WIDE_FROM) or "<class>",
+    classes as gemv.shape_class."""
     grouped = defaultdict(list)
     for row in rows:
-        name = classes[row["shape"]]
-        grouped[f"{name}_m1" if row["m"] == 1 else name].append(row)
+        grouped[_config_key(_class(row["shape"]), row["m"])].append(row)
     return grouped
 
 
@@ -77,9 +94,12 @@ def _least_total_time(rows: list[dict]) -> dict:
     return json.loads(min(complete, key=totals.__getitem__))
 
 
-def _max_m_beating_cublas(rows: list[dict], chosen: dict[str, dict]) -> int:
+def _max_m_beating_cublas(
+    rows: list[dict], chosen: dict[str, dict], classes: set[str] | None = None
+) -> int:
     """The largest M such that at it and every smaller swept M the chosen config of every shape
-    ran faster than cuBLAS."""
+    (of `classes`, default all) ran faster than cuBLAS."""
+    rows = [r for r in rows if classes is None or _class(r["shape"]) in classes]
     timed = {}
     for key, members in _by_class_and_m([r for r in rows if r["gemv_config"] and r["ok"]]).items():
         for row in members:

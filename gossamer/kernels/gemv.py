@@ -159,8 +159,8 @@ CONFIGS: dict[str, GemvConfig] = {
         block_n=32, block_k=64, num_warps=2, programs_per_sm=1, fixup="reduce"
     ),
     "medium_wide": GemvConfig(block_n=32, block_k=64, num_warps=2, programs_per_sm=4),
-    # QKV (cuBLAS serves it past GEMV_MAX_M; this tile was the sweep's best at 32 rows)
-    "tall_wide": GemvConfig(block_n=64, block_k=64, num_warps=4, programs_per_sm=4),
+    # QKV (cuBLAS serves it past GEMV_MAX_M; the sweep's least total time over 16..64 rows)
+    "tall_wide": GemvConfig(block_n=64, block_k=64, num_warps=4, split_k=1),
     # the unembedding at M == 1 (TRITON_UNEMBED): 32 rows x 256 bytes (8 KB) a step, 4 in flight.
     # In the graph (H200, fusion_ab.py, fed, 2026-12-04, 5 rounds) five other tiles were no faster
     # (16x64w1s8, 32x256w4s3 and 16x256w2s4 within 1.5 us of it, 64x64w4s4 +8 us)
