@@ -24,9 +24,10 @@ persistent buffers; what changes from step to step is:
 The plan: decode launches of 1, 2, 4 and 8 tokens (each BLOCK_Q), each at a short context (one
 split) and at the shortest context of each split count 2..MAX_SPLITS (every num_splits a batch of
 one can get; larger batches get fewer splits, never a new count), and prefill steps at the first
-token count of each MoE and linear launch shape the decode steps missed, above DECODE_MAX_QUERY_LEN (the prefill
-attention) and at the full token budget (the largest activations, so the allocator holds them).
-For gpt-oss-120b with the default 8192-token budget: 4 x 7 decode steps + 4 prefill steps.
+token count of each MoE and linear launch shape the decode steps missed, above
+DECODE_MAX_QUERY_LEN (the prefill attention) and at the full token budget (the largest
+activations, so the allocator holds them). For gpt-oss-120b with the default 8192-token budget:
+4 x 7 decode steps + 11 prefill steps (9, 16, 17, 32, 33, 48, 65, 129, 257, 2017 and 8192 tokens).
 
 Tree speculation (a runner with `tree_query_len`): its tree graphs compile their launches when they
 are captured, but tree steps no graph holds (larger batches, a tree beside a prompt chunk) run
