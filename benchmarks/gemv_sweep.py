@@ -3,7 +3,7 @@ decode projections (QKV, O, router) at M = 1, 4, 8 rows, against cuBLAS.
 
     python benchmarks/gemv_sweep.py --out $OUT/gemv_sweep.json      (about a minute on an H200)
     python benchmarks/gemv_sweep.py --wide --out $OUT/gemv_wide.json   (M = 16, 32, 64: the
-        "_wide" tiles that a decode batch of up to 64 would take with GOSSAMER_GEMV_MAX_M=64)
+        "_wide" tiles, which serve the classes of gemv.CLASS_MAX_M past GEMV_MAX_M rows)
 
 Each point is `copies` calls on different weights captured back to back in one CUDA graph, as in
 kernels_small.py (weights come from HBM, launch gaps as in the decode graph). It prints us per call,

@@ -17,10 +17,10 @@ kernel sum to the step's period.
 
 Per kernel name: calls a step, median duration, and end deltas (median a call, sum a step), and
 at batch 1, for the parts whose bytes are known (QKV, O, router, the experts' GEMVs, the
-unembedding), their byte floor a step (bytes / the copy bandwidth measured in the same run); the step's period, the
-span inside the graph and the idle time between steps (graph launch, the input copies and, without
-the graph's own greedy pick, the argmax) beside the unprofiled fed step from decode_speed.py. Steps
-are cut at the embedding kernel, each step's first.
+unembedding), their byte floor a step (bytes / the copy bandwidth measured in the same run); the
+step's period, the span inside the graph and the idle time between steps (graph launch, the input
+copies and, without the graph's own greedy pick, the argmax) beside the unprofiled fed step from
+decode_speed.py. Steps are cut at the embedding kernel, each step's first.
 
 step_profile.py reads eager steps (launches serialized); this reads the graph as it runs.
 """
