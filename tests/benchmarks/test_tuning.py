@@ -8,7 +8,6 @@ from dataclasses import asdict
 
 import pytest
 
-from gossamer.kernels import gemv
 from tests.benchmarks.conftest import BENCHMARKS
 
 WIDE_SWEEP = BENCHMARKS / "runs" / "results" / "session26_call3" / "gemv_wide.json"
@@ -16,11 +15,17 @@ WIDE_SWEEP = BENCHMARKS / "runs" / "results" / "session26_call3" / "gemv_wide.js
 
 @pytest.fixture
 def tuning(benchmark_script, monkeypatch):
+    """The script as a module; its `gemv` is gossamer.kernels.gemv, with the globals the script
+    sets restored after the test. NOTE: no kernel module is imported at the top of this file:
+    at collection, before tests/kernels/conftest.py, that would import Triton compiled and break
+    the interpreted kernels of every later CPU test."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    for name in ("CONFIGS", "CLASS_MAX_M", "GEMV_MAX_M"):  # restored after the test
+    module = benchmark_script("tuning")
+    gemv = module.gemv
+    for name in ("CONFIGS", "CLASS_MAX_M", "GEMV_MAX_M"):
         value = getattr(gemv, name)
         monkeypatch.setattr(gemv, name, dict(value) if isinstance(value, dict) else value)
-    yield benchmark_script("tuning")
+    yield module
     for name in ("gemv_sweep", "kernels_small", "timing"):
         sys.modules.pop(name, None)
 
@@ -28,6 +33,7 @@ def tuning(benchmark_script, monkeypatch):
 def test_a_wide_sweep_gives_the_defaults_it_measured(tuning):
     """Session 26's --wide sweep (H100) applied: the "_wide" configs and per-class row limits in
     gemv.py's source are what it picks, so a run without the file measures the same code."""
+    gemv = tuning.gemv
     defaults = {
         key: asdict(gemv.CONFIGS[key]) for key in ("narrow_wide", "medium_wide", "tall_wide")
     }
@@ -43,6 +49,7 @@ def _row(shape: str, m: int, us: float, config: dict | None) -> dict:
 
 
 def test_a_plain_sweep_sets_the_limit_where_every_shape_still_beats_cublas(tuning, tmp_path):
+    gemv = tuning.gemv
     fast = asdict(gemv.GemvConfig(block_n=16, num_warps=1))
     rows = []
     for shape, _, _ in tuning.SHAPES:
