@@ -55,7 +55,7 @@ def test_float32_matches_exact(gemv, config, m, n, k):
     torch.testing.assert_close(out.double(), _exact(x, weight, bias), atol=2e-5, rtol=2e-5)
 
 
-WIDE = {  # tiles for 17..64 rows: BLOCK_M 32 or 64 beside 32-row W blocks
+WIDE = {  # tiles for wide batches (here 17..64 rows: BLOCK_M 32 or 64) beside 32-row W blocks
     "wide_split": GemvConfig(kernel="dot", block_n=32, block_k=32, num_warps=2),
     "wide_reduce": GemvConfig(kernel="dot", block_n=32, block_k=32, num_warps=2, fixup="reduce"),
     "wide_no_split": GemvConfig(kernel="dot", block_n=32, block_k=32, num_warps=2, split_k=1),
@@ -109,8 +109,8 @@ def test_launch_keys_part_the_row_counts_as_triton_compiles_them(monkeypatch):
     firsts: dict[tuple, int] = {}
     for m in range(1, 65):
         firsts.setdefault(gemv_module.launch_key(m), m)
-    # M == 1; BLOCK_M 2, 4, 8, 16 (and 16 rows, a multiple of 16); wide BLOCK_M 32 and 64 (each
-    # with its multiples of 16: 32; 48 and 64)
+    # M == 1; BLOCK_M 2, 4, 8; the wide config from 9 rows: BLOCK_M 16 (and 16 rows, a multiple
+    # of 16), 32 (and 32) and 64 (and 48, 64)
     assert sorted(firsts.values()) == [1, 2, 3, 5, 9, 16, 17, 32, 33, 48]
     assert gemv_module.launch_key(65) == () and gemv_module.launch_key(0) == ()
     # by default: (narrow, medium, tall, huge) served at 1 row, then QKV (tall) to cuBLAS past
@@ -437,7 +437,7 @@ def _check_bf16(out, x, weight, bias):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 17, 48, 64])  # from 17: the "_wide" tiles
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 17, 48, 64])  # from 9 (WIDE_FROM): "_wide" tiles
 @pytest.mark.parametrize("name,n,k", GPT_OSS_SHAPES)
 def test_gpu_gpt_oss_projections_bf16(name, n, k, m):
     from gossamer.kernels import gemv as compiled
