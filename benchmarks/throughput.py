@@ -9,9 +9,10 @@
 The real engine (EngineCore with its default scheduler, CUDA graphs and prefix caching) on one
 GPU, dummy weights. By default concurrency C is one batch of C requests all submitted at t = 0
 (no refill of finished slots; --requests-per-user below): each request is --input-len random
-token ids, distinct from every other prompt of the run (no prefix-cache hits; the count of hit tokens is reported) and asks
-for exactly --output-len greedy tokens with EOS ignored. Before the first C a short warm-up batch
-(other prompts) compiles the prefill shapes; the decode graphs are captured when the engine starts.
+token ids, distinct from every other prompt of the run (no prefix-cache hits; the count of hit
+tokens is reported) and asks for exactly --output-len greedy tokens with EOS ignored. Before the
+first C a short warm-up batch (other prompts) compiles the prefill shapes; the decode graphs are
+captured when the engine starts.
 
 --requests-per-user N (N > 1) runs a closed loop instead, as serving benchmarks with a maximum
 concurrency do (e.g. vLLM's `bench serve --max-concurrency C --num-prompts N*C`): C users each

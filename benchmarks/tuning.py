@@ -8,8 +8,9 @@ kernels from benchmarks/moe_grouped_sweep.py; `apply_gemv_sweep(path)` reads gem
 picks per shape class (and separately for M = 1) the config with the least total time over that
 class's shapes, and sets `gemv.GEMV_MAX_M` to the largest M up to which the Triton GEMV beat cuBLAS
 on every shape; from a `--wide` sweep (every M >= gemv.WIDE_FROM) it sets the "_wide" configs and
-`gemv.CLASS_MAX_M`, per class the largest M up to which they beat cuBLAS on that class's shapes. Both return what they set, for the record. The defaults in the source are then
-updated by hand from the same JSON, so a later run without these files measures the same code.
+`gemv.CLASS_MAX_M`, per class the largest M up to which they beat cuBLAS on that class's shapes.
+Both return what they set, for the record. The defaults in the source are then updated by hand
+from the same JSON, so a later run without these files measures the same code.
 """
 
 from __future__ import annotations
