@@ -133,8 +133,13 @@ def main() -> None:
     parser.add_argument("--stages", default=",".join(map(str, STAGES)))
     parser.add_argument("--sweep-warps", default=",".join(map(str, WARPS)))
     parser.add_argument("--sync-ab", action="store_true",
-                        help="instead of the sweep: tiles of 8 rows with and without "
-                             "moe_mxfp4.V2_SYNC_ORDER, 2 and 3 stages, at --tokens and --confirm")  # fmt: skip
+                        help="instead of the sweep: tiles of 8 rows in each K order (--ab-orders "
+                             "0: v2's, 1: moe_mxfp4.V2_SYNC_ORDER) x --ab-stages x --ab-groups, "
+                             "at --tokens and --confirm, in --ab-rounds interleaved rounds")  # fmt: skip
+    parser.add_argument("--ab-orders", default="0,1")
+    parser.add_argument("--ab-stages", default="3,2")
+    parser.add_argument("--ab-groups", default=str(moe.v2_configs(8)[0]["GROUPS_PER_STEP"]))
+    parser.add_argument("--ab-rounds", type=int, default=2)
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -188,16 +193,20 @@ def block_m_rows(experts, args, bw: float) -> list[dict]:
 def sync_rows(experts, args, bw: float) -> list[dict]:
     """BLOCK_M 8 with its default tile (V2_TILE_CHANGES[8]), the K order of v2 (wgmma's) against
     the mma.sync one (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale
-    shuffles), each at 2 and 3 pipeline stages; the rounds interleave the four."""
+    shuffles), at each of --ab-stages pipeline stages and --ab-groups scale groups a step; the
+    --ab-rounds rounds interleave the variants."""
     rows, saved = [], moe.V2_SYNC_ORDER
+    variants = list(itertools.product((bool(o) for o in _ints(args.ab_orders)),
+                                      _ints(args.ab_stages), _ints(args.ab_groups)))  # fmt: skip
     try:
         for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
-            for _ in range(2):  # two rounds
-                for sync, stages in itertools.product((False, True), (3, 2)):
+            for _ in range(args.ab_rounds):
+                for sync, stages, groups in variants:
                     moe.V2_SYNC_ORDER = sync
-                    gu, dn = (c | {"NUM_STAGES": stages} for c in moe.v2_configs(8))
+                    change = {"NUM_STAGES": stages, "GROUPS_PER_STEP": groups}
+                    gu, dn = (c | change for c in moe.v2_configs(8))
                     row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
-                    _print(row, f"BLOCK_M 8 sync={int(sync)} s{stages}")
+                    _print(row, f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}")
                     rows.append(row)
     finally:
         moe.V2_SYNC_ORDER = saved

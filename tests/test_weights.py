@@ -223,3 +223,23 @@ def test_pack_gate_up_for_gpu_registers_every_layers_gate_up_in_the_default_tile
             assert torch.equal(packed.words, words) and torch.equal(packed.scales, scales)
     finally:
         moe_mxfp4.clear_packed_gate_up()
+
+
+def test_expert_scales_above_the_kernels_limit_are_refused(tmp_path):
+    """The Triton kernels build scales without a clamp, so the loader checks every expert's e8m0
+    exponent (the dummy weights and a written checkpoint pass; 193 and NaN's 255 do not)."""
+    from gossamer.model.weights import check_expert_scales
+
+    hf_dir = write_hf_model(tmp_path / "hf", seed=6)
+    dense = load_model(str(hf_dir), dtype="float32").model
+    packed = load_model(str(save_checkpoint(dense, tmp_path / "mx")), dtype="float32").model
+    layers = packed.config.num_hidden_layers
+    assert check_expert_scales(packed) == 2 * layers
+    assert check_expert_scales(dense) == 0  # dense experts have no scales
+    scales = packed.model.layers[1].mlp.experts.down_proj_scales
+    for bad in (mxfp4.KERNEL_MAX_SCALE + 1, 255):
+        scales[0, 3, 0] = bad
+        with pytest.raises(ValueError, match=f"layers.1.mlp.experts.down_proj_scales.*{bad}"):
+            check_expert_scales(packed)
+    scales[0, 3, 0] = mxfp4.KERNEL_MAX_SCALE
+    assert check_expert_scales(packed) == 2 * layers

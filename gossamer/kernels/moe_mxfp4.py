@@ -175,11 +175,31 @@ class MoEShapeError(ValueError):
 # ----------------------------------------------------------------------------------------------
 
 
+# The kernels build their scales without a clamp (one IMAD a bf16 scale pair instead of a min,
+# an add, a mask and a multiply; sm_90 SASS, benchmarks/sass_counts.py: v2's 8-row gate_up 483 ->
+# 456 instructions a loop): the loader checks that every expert's e8m0 exponent is at most
+# mxfp4.KERNEL_MAX_SCALE (192: weights below 2^65). GOSSAMER_CLAMP_SCALES=1 puts the clamps
+# back (A/B runs).
+_CLAMP_SCALES = tl.constexpr(os.environ.get("GOSSAMER_CLAMP_SCALES", "0") == "1")
+
+
 @triton.jit
 def _e8m0_scale(scales):
     """uint8 e8m0 exponents s -> fp32 2^(s-127) * 2^14 (undoes the fp16 encoding's 2^-14)."""
-    biased = tl.minimum(scales.to(tl.int32) + _FP16_OFFSET_EXP, 254)
+    biased = scales.to(tl.int32) + _FP16_OFFSET_EXP
+    if _CLAMP_SCALES:
+        biased = tl.minimum(biased, 254)
     return (biased << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16_scale_pairs(scales):
+    """uint8 e8m0 exponents s (<= mxfp4.KERNEL_MAX_SCALE) -> int32 bf16x2 words, both lanes 2^(s-65): the
+    exponent s + 62 in bits 7..14 of each lane, written as one multiply-add."""
+    if _CLAMP_SCALES:
+        biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)
+        return (biased << 7) | (biased << 23)
+    return scales.to(tl.int32) * 0x00800080 + (126 - _LANE_SHIFT) * 0x00800080
 
 
 _UNPACK_PTX = tl.constexpr(
@@ -311,8 +331,7 @@ def _dequant_words(words, scales, LANES: tl.constexpr):
         # 0.5 lands on a bf16 subnormal, which bf16 fma keeps). Scaling by 2^(s-1) would give the
         # weight, but overflows bf16 for s > 128; 2^(s-1-64) fits for every s <= 192 (weights
         # below 2^65) and keeps every product normal in the fp32 accumulator.
-        biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)  # exponent of 2^(s-65)
-        scale_pairs = ((biased << 7) | (biased << 23))[:, :, None]
+        scale_pairs = _bf16_scale_pairs(scales)[:, :, None]  # both lanes 2^(s-65)
         p0 = ((words << 6) & 0x01C001C0) | ((words << 12) & _SIGN_PAIR)
         p1 = ((words << 2) & 0x01C001C0) | ((words << 8) & _SIGN_PAIR)
         p2 = ((words >> 2) & 0x01C001C0) | ((words << 4) & _SIGN_PAIR)
@@ -323,22 +342,24 @@ def _dequant_words(words, scales, LANES: tl.constexpr):
             q2 = _scaled_bf16_pairs(p2, scale_pairs)
             q3 = _scaled_bf16_pairs(p3, scale_pairs)
         else:
-            scale = (biased << 23).to(tl.float32, bitcast=True)[:, :, None]
-            q0 = _emulated_bf16_pairs(p0, scale)
-            q1 = _emulated_bf16_pairs(p1, scale)
-            q2 = _emulated_bf16_pairs(p2, scale)
-            q3 = _emulated_bf16_pairs(p3, scale)
+            q0 = _emulated_bf16_pairs(p0, scale_pairs)
+            q1 = _emulated_bf16_pairs(p1, scale_pairs)
+            q2 = _emulated_bf16_pairs(p2, scale_pairs)
+            q3 = _emulated_bf16_pairs(p3, scale_pairs)
     values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, GB, 4, 2(h), 2(j&1), 2(j>>1)]
     values = tl.permute(values, (0, 1, 2, 5, 4, 3))  # [R, GB, 4, 2(j>>1), 2(j&1), 2(h)]
     return tl.reshape(values, (words.shape[0], words.shape[1] * 32))
 
 
 @triton.jit
-def _emulated_bf16_pairs(pairs, scale):
-    """What _scaled_bf16_pairs computes, in fp32: each bf16 lane is the top half of an fp32."""
+def _emulated_bf16_pairs(pairs, scale_pairs):
+    """What _scaled_bf16_pairs computes, in fp32, from the same bf16x2 words: each bf16 lane is
+    the top half of an fp32, and the products are exact in both."""
     low = (pairs << 16).to(tl.float32, bitcast=True)
     high = (pairs & -65536).to(tl.float32, bitcast=True)  # -65536 == 0xFFFF0000
-    return tl.join(low * scale, high * scale)
+    low_scale = (scale_pairs << 16).to(tl.float32, bitcast=True)
+    high_scale = (scale_pairs & -65536).to(tl.float32, bitcast=True)
+    return tl.join(low * low_scale, high * high_scale)
 
 
 @triton.jit
@@ -2645,18 +2666,17 @@ def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr,
                     SYNC: tl.constexpr = False):  # fmt: skip
     """words [R, GH, 4, 4] + scales [R, GH, 4] -> [R, GH * 128] weights * 2^-64 in the v2 K order
     (SYNC: the mma.sync one; bf16 with LANES_BF16_PTX, else fp32 computed as the PTX would)."""
-    biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)[:, :, :, None]
+    pairs = _bf16_scale_pairs(scales)[:, :, :, None]  # both lanes 2^(s-65)
     if LANES == 1:  # LANES_BF16_PTX
-        q0 = _scaled_bf16_pairs(_v2_pair_bits(words, 0, LAYOUT), (biased << 7) | (biased << 23))
-        q1 = _scaled_bf16_pairs(_v2_pair_bits(words, 1, LAYOUT), (biased << 7) | (biased << 23))
-        q2 = _scaled_bf16_pairs(_v2_pair_bits(words, 2, LAYOUT), (biased << 7) | (biased << 23))
-        q3 = _scaled_bf16_pairs(_v2_pair_bits(words, 3, LAYOUT), (biased << 7) | (biased << 23))
+        q0 = _scaled_bf16_pairs(_v2_pair_bits(words, 0, LAYOUT), pairs)
+        q1 = _scaled_bf16_pairs(_v2_pair_bits(words, 1, LAYOUT), pairs)
+        q2 = _scaled_bf16_pairs(_v2_pair_bits(words, 2, LAYOUT), pairs)
+        q3 = _scaled_bf16_pairs(_v2_pair_bits(words, 3, LAYOUT), pairs)
     else:
-        scale = (biased << 23).to(tl.float32, bitcast=True)
-        q0 = _emulated_bf16_pairs(_v2_pair_bits(words, 0, LAYOUT), scale)
-        q1 = _emulated_bf16_pairs(_v2_pair_bits(words, 1, LAYOUT), scale)
-        q2 = _emulated_bf16_pairs(_v2_pair_bits(words, 2, LAYOUT), scale)
-        q3 = _emulated_bf16_pairs(_v2_pair_bits(words, 3, LAYOUT), scale)
+        q0 = _emulated_bf16_pairs(_v2_pair_bits(words, 0, LAYOUT), pairs)
+        q1 = _emulated_bf16_pairs(_v2_pair_bits(words, 1, LAYOUT), pairs)
+        q2 = _emulated_bf16_pairs(_v2_pair_bits(words, 2, LAYOUT), pairs)
+        q3 = _emulated_bf16_pairs(_v2_pair_bits(words, 3, LAYOUT), pairs)
     values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, GH, GL, wi, h, j % 2, j // 2]
     if SYNC:  # [R, GH, j // 2, j % 2, wi // 2, GL, wi % 2, h]
         values = tl.reshape(values, (words.shape[0], words.shape[1], 4, 2, 2, 2, 2, 2))

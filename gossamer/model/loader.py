@@ -12,6 +12,7 @@ from gossamer.model import mxfp4 as mxfp4_module
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.model.weights import (
     build_model,
+    check_expert_scales,
     init_dummy_weights,
     is_mxfp4_checkpoint,
     load_checkpoint,
@@ -82,6 +83,8 @@ def load_model(
         init_dummy_weights(net, seed)
     else:
         load_checkpoint(net, checkpoint)
+    if backend.name == "triton":
+        check_expert_scales(net)
     if mxfp4_module.REPACK_FOR_GPU and backend.name == "triton" and net.device.type == "cuda":
         repack_experts_for_gpu(net)
     if backend.name == "triton" and net.device.type == "cuda":

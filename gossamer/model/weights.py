@@ -220,6 +220,19 @@ def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
     return set_experts_layout(model, mxfp4.LAYOUT_FP16_LANES)
 
 
+def check_expert_scales(model: GptOssForCausalLM) -> int:
+    """Raise ValueError if an MXFP4 expert's scale exponent is above what the Triton kernels
+    decode (mxfp4.KERNEL_MAX_SCALE); returns how many scale tensors were checked."""
+    checked = 0
+    for name, module in model.named_modules():
+        if getattr(module, "blocks_layout", None) is None or not module.mxfp4:
+            continue
+        for attr in ("gate_up_proj_scales", "down_proj_scales"):
+            mxfp4.check_kernel_scales(getattr(module, attr), f"{name}.{attr}")
+            checked += 1
+    return checked
+
+
 def pack_dense_for_gpu(model: GptOssForCausalLM, tiles: tuple[tuple[int, int], ...] = ()) -> int:
     """Register a tile-packed copy of every QKV and O weight for the batch-1 GEMV (gemv.USE_PACKED:
     each program's tiles one contiguous run), in the tile of its default plan and in each of

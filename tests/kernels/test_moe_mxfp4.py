@@ -551,14 +551,17 @@ def _scaled_expert_weights(experts_scale: list[float], hidden: int, inter: int) 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # numpy sigmoid(-big) = 0
 @pytest.mark.parametrize("path", ["decode", "grouped", "grouped_bf16_lanes", "grouped_v2"])
 def test_extreme_scales(moe, monkeypatch, path):
-    """Experts whose e8m0 scales sit far from 127 (weights ~2^12 and ~2^-30): token t routes to
-    expert t alone, and each token's output must be right relative to its own size."""
-    factors = [2.0**12, 2.0**-30, 1.0, 2.0**6]
+    """Experts whose e8m0 scales sit far from 127 (weights ~2^12, ~2^-30 and ~2^66, the last
+    near the kernels' largest scale): token t routes to expert t alone, and each token's output
+    must be right relative to its own size."""
+    factors = [2.0**12, 2.0**-30, 1.0, 2.0**6, 2.0**66]
+    n = len(factors)
     experts = _scaled_expert_weights(factors, 64, 64)
     assert experts.gate_up_scales[0].max() > 135 and experts.gate_up_scales[1].min() < 100
-    x, _ = _inputs(4, 64, 4, seed=31)
-    logits = torch.full((4, 4), -10.0, device=DEVICE)
-    logits[torch.arange(4), torch.arange(4)] = 10.0
+    assert 188 <= experts.gate_up_scales[4].max() <= mxfp4.KERNEL_MAX_SCALE
+    x, _ = _inputs(n, 64, n, seed=31)
+    logits = torch.full((n, n), -10.0, device=DEVICE)
+    logits[torch.arange(n), torch.arange(n)] = 10.0
     ref = _reference(x, logits, experts, 1)
     if path == "decode":
         out = moe.moe_mxfp4_decode(x, logits, experts, 1, LIMIT, ALPHA)
