@@ -178,16 +178,17 @@ class MoEShapeError(ValueError):
 # The kernels build their scales without a clamp (one IMAD a bf16 scale pair instead of a min,
 # an add, a mask and a multiply; sm_90 SASS, benchmarks/sass_counts.py: v2's 8-row gate_up 483 ->
 # 456 instructions a loop): the loader checks that every expert's e8m0 exponent is at most
-# mxfp4.KERNEL_MAX_SCALE (192: weights below 2^65). GOSSAMER_CLAMP_SCALES=1 puts the clamps
-# back (A/B runs).
-_CLAMP_SCALES = tl.constexpr(os.environ.get("GOSSAMER_CLAMP_SCALES", "0") == "1")
+# mxfp4.KERNEL_MAX_SCALE (192: weights below 2^65). GOSSAMER_MOE_OLD_UNPACK=1 puts the clamps
+# back and v2's 13-instruction unpack of the repacked words (`_v2_fp16_layout_bits`): the code of
+# session 26, for A/B runs.
+_OLD_UNPACK = tl.constexpr(os.environ.get("GOSSAMER_MOE_OLD_UNPACK", "0") == "1")
 
 
 @triton.jit
 def _e8m0_scale(scales):
     """uint8 e8m0 exponents s -> fp32 2^(s-127) * 2^14 (undoes the fp16 encoding's 2^-14)."""
     biased = scales.to(tl.int32) + _FP16_OFFSET_EXP
-    if _CLAMP_SCALES:
+    if _OLD_UNPACK:
         biased = tl.minimum(biased, 254)
     return (biased << 23).to(tl.float32, bitcast=True)
 
@@ -196,7 +197,7 @@ def _e8m0_scale(scales):
 def _bf16_scale_pairs(scales):
     """uint8 e8m0 exponents s (<= mxfp4.KERNEL_MAX_SCALE) -> int32 bf16x2 words, both lanes 2^(s-65): the
     exponent s + 62 in bits 7..14 of each lane, written as one multiply-add."""
-    if _CLAMP_SCALES:
+    if _OLD_UNPACK:
         biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)
         return (biased << 7) | (biased << 23)
     return scales.to(tl.int32) * 0x00800080 + (126 - _LANE_SHIFT) * 0x00800080
@@ -2600,12 +2601,16 @@ def _v2_pair_bits(words, J: tl.constexpr, LAYOUT: tl.constexpr):
 
 @triton.jit
 def _v2_fp16_layout_bits(words, J: tl.constexpr):
-    """`_v2_pair_bits` for LAYOUT_FP16_LANES words (13 instructions per word, as the published
-    layout's): pair 1 and 3 with the multiply trick, 0 and 2 with two shifts."""
+    """`_v2_pair_bits` for LAYOUT_FP16_LANES words in 12 instructions a word (the published
+    layout's take 13): pairs 0-2 as (shifted & magnitude) | (shifted & sign), pairs 1 and 2 sharing
+    the shift by 3; pair 3 with the multiply trick. Found by a search over recipes of shifts,
+    masks and two-copy multiplies (the fp16 lanes' placement cannot give all four pairs cheaply)."""
     if J == 0:
         return ((words >> 3) & 0x01C001C0) | (words & _SIGN_PAIR)
-    elif J == 1:
+    elif J == 1 and _OLD_UNPACK:
         return ((words & 0x11C011C0) * (1 + (1 << 3))) & _V2_KEEP
+    elif J == 1:
+        return (words & 0x01C001C0) | ((words << 3) & _SIGN_PAIR)
     elif J == 2:
         return ((words << 3) & 0x01C001C0) | ((words << 1) & _SIGN_PAIR)
     else:
