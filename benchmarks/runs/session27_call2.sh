@@ -15,7 +15,8 @@
 # 3. Nsight Compute on the two MoE kernels of the first two layers at batch 64 (issue use, stalls).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-R=/tmp/s27c3; . benchmarks/runs/step.sh
+# R and C64_LIMIT: session27_next_h200_a.sh runs this script again with a longer C=64 limit.
+R=${R:-/tmp/s27c3}; . benchmarks/runs/step.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
 SW="benchmarks/moe_grouped_sweep.py --sync-ab --tokens 64 --confirm= --ab-groups 8"
 TAILN=6 step moe_new_r1 90 python3 $SW --ab-orders 0,1 --ab-stages 3,4 --json $R/moe_new_r1.json
@@ -27,6 +28,6 @@ KV="--kv-cache-gib 10"
 grep -q H200 $R/gpu.txt && KV=""
 TP="benchmarks/throughput.py --input-len 1024 --models gpt-oss-120b --output-len 1024"
 grep -q H200 $R/gpu.txt && TAILN=4 step tp120_c256 200 python3 $TP --concurrency 256 --json $R/tp120_c256.json
-TAILN=4 step tp120_c64 100 python3 $TP --concurrency 64 $KV --json $R/tp120_c64.json
+TAILN=4 step tp120_c64 ${C64_LIMIT:-100} python3 $TP --concurrency 64 $KV --json $R/tp120_c64.json
 TAILN=4 GOSSAMER_MOE_OLD_UNPACK=1 step tp120_c64_clamp 130 python3 $TP --concurrency 64 $KV --json $R/tp120_c64_clamp.json
 grep -q H200 $R/gpu.txt && TAILN=14 step ncu_b64 120 bash benchmarks/ncu_step.sh gpt-oss-120b 64 $R/ncu -k regex:_v2_ -c 4
