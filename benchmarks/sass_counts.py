@@ -204,10 +204,12 @@ def main() -> None:
     grouped_v1(16)
     # BLOCK_M 8 with V2_TILE_CHANGES[8]: v2's tile at 64 tokens of 120b (twice the mean pairs an
     # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER);
-    # LAYOUT 1: the words as the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES)
+    # LAYOUT 1: the words as the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES);
+    # SWAP: the activations stored with bits 1 and 4 swapped (moe.V2_ACT_SWAP)
     eight = moe.V2_TILE_CHANGES[8]
     repacked = {"LAYOUT": moe.LAYOUT_FP16_LANES}
-    v2_cases = [(8, eight | repacked), (16, repacked), (8, eight),
+    v2_cases = [(8, eight | repacked), (8, eight | repacked | {"SWAP": True}), (16, repacked),
+                (8, eight),
                 (8, eight | {"NUM_STAGES": 2}), (8, eight | {"SYNC": True}),
                 (8, eight | {"SYNC": True, "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}),
                 (16, {"REP": 2}), (32, {})]  # fmt: skip

@@ -393,7 +393,7 @@ def _route_kernel(
     x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
     # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
     # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: the
-    # same in v2's mma.sync order
+    # same in v2's mma.sync order; 6: v2's order stored with SWAP (`_v2_act_swap`)
     x_unscale_ptr,  # X_LAYOUT 3: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
@@ -430,12 +430,12 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
-    elif X_LAYOUT == 4 or X_LAYOUT == 5:
+    elif X_LAYOUT == 4 or X_LAYOUT == 5 or X_LAYOUT == 6:
         HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
-            position = _v2_position(k, V2_GROUPS, X_LAYOUT == 5)
+            position = _v2_position(k, V2_GROUPS, X_LAYOUT == 5, X_LAYOUT != 4)
             tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
     elif ONE_PASS:
         _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
@@ -579,7 +579,7 @@ def route_fp16(
     return _route(router_logits, top_k, x, "fp16")
 
 
-_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5}
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5, "v2_swap": 6}
 
 
 def _route(
@@ -600,7 +600,7 @@ def _route(
     elif x is not None and x_layout == "fp16":
         x_out = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
         x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
-    elif x is not None and x_layout in ("v2", "v2_sync"):  # the last step's holes: never read
+    elif x is not None and x_layout in ("v2", "v2_sync", "v2_swap"):  # last step's holes: unread
         x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=x.dtype, device=device)
     elif x is not None:
         x_out = torch.empty_like(x)
@@ -2526,6 +2526,21 @@ def _v2_sync_order(block_m: int) -> bool:
     return V2_SYNC_ORDER and block_m < 16
 
 
+# The activations' half of the mma.sync order alone: below 16 rows, stored with bits 1 and 4 of
+# each position swapped (`_v2_position`'s SWAP), v2's own K order after the swap back in
+# registers. The B registers of each mma.sync are then one 8-byte shared-memory load and the
+# ~25 register moves a loop that fed them go: offline (sm_90, triton 3.6, the repacked words)
+# v2's 8-row gate_up 447 -> 411 instructions a loop, down 454 -> 429. Off until measured on a
+# GPU (GOSSAMER_V2_ACT_SWAP=1); the mma.sync order always swaps.
+V2_ACT_SWAP = os.environ.get("GOSSAMER_V2_ACT_SWAP", "0") == "1"
+
+
+def _v2_act_swap(block_m: int) -> bool:
+    """Whether v2 tiles of block_m rows read activations stored with position bits 1 and 4
+    swapped (the mma.sync order, or V2_ACT_SWAP below 16 rows)."""
+    return _v2_sync_order(block_m) or (V2_ACT_SWAP and block_m < 16)
+
+
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
 # Triton 3.6 pipelines v2's wgmmas across steps (wait_group 7 after each of a step's 8), but their
 # A operands are registers that the next step's dequantization overwrites before that wait
@@ -2542,9 +2557,10 @@ _V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX
 
 
 @triton.jit
-def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False):
+def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False, SWAP: tl.constexpr = False):
     """Position of element k of a row in the v2 order of steps of GB scale groups (SYNC: the
-    mma.sync order, see `_v2_sync_order`)."""
+    mma.sync order, see `_v2_sync_order`), as stored: with SWAP (`_v2_act_swap`; always with
+    SYNC) bits 1 and 4 swapped, which `_v2_sync_activations` swaps back after the load."""
     BK: tl.constexpr = GB * 32
     e = k % BK
     group = e // 32
@@ -2552,17 +2568,25 @@ def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False):
     j = code % 4
     h = code // 4
     wi = (e % 32) // 8
-    if SYNC:  # the stored order: `_v2_sync_activations` swaps bits 1 and 4 back
-        inner = h + 2 * (wi // 2) + 4 * (group % 4) + 16 * (wi % 2) + 32 * (j % 2) + 64 * (j // 2)
+    if SYNC:
+        inner = h + 2 * (wi % 2) + 4 * (group % 4) + 16 * (wi // 2) + 32 * (j % 2) + 64 * (j // 2)
     else:
         inner = h + 2 * (group % 4) + 8 * wi + 32 * (j % 2) + 64 * (j // 2)
+    if SWAP:
+        inner = _swap_bits_1_4(inner)
     return k - e + inner + 128 * (group // 4)
 
 
 @triton.jit
+def _swap_bits_1_4(p):
+    """p with its bits 1 and 4 exchanged."""
+    return p + 14 * ((p // 2) % 2 - (p // 16) % 2)
+
+
+@triton.jit
 def _v2_sync_activations(a):
-    """[M, GB * 32] activations as stored in the SYNC order -> in its K order: bits 1 and 4 of
-    each position swapped. Stored so, each mma.sync's two B registers are 4 adjacent values, one
+    """[M, GB * 32] activations as stored with SWAP -> in the K order: bits 1 and 4 of each
+    position swapped. Stored so, each mma.sync's two B registers are 4 adjacent values, one
     8-byte shared-memory load (in the K order they would be halves of two such loads)."""
     M: tl.constexpr = a.shape[0]
     GH: tl.constexpr = a.shape[1] // 128
@@ -2571,8 +2595,11 @@ def _v2_sync_activations(a):
 
 
 @triton.jit
-def _v2_group_of(p, SYNC: tl.constexpr):
-    """The scale group (within its step's first 4, plus 4 per 128) of position p of a step."""
+def _v2_group_of(p, SYNC: tl.constexpr, SWAP: tl.constexpr):
+    """The scale group (within its step's first 4, plus 4 per 128) of stored position p of a
+    step."""
+    if SWAP:
+        p = _swap_bits_1_4(p)
     if SYNC:
         return 4 * (p // 128) + (p // 4) % 4
     else:
@@ -2697,15 +2724,15 @@ def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr,
 @triton.jit
 def _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G: tl.constexpr, GB: tl.constexpr,
              LANES: tl.constexpr, DOT_BF16: tl.constexpr, MASKED: tl.constexpr,
-             LAYOUT: tl.constexpr, SYNC: tl.constexpr):  # fmt: skip
+             LAYOUT: tl.constexpr, SYNC: tl.constexpr, SWAP: tl.constexpr):  # fmt: skip
     """acc [R, M] += the weight tile of groups g0 .. g0 + GB @ the matching activations."""
     p = tl.arange(0, GB * 32)
     if MASKED:  # the last partial step: positions of missing groups are never written
-        group = g0 + _v2_group_of(p, SYNC)
+        group = g0 + _v2_group_of(p, SYNC, SWAP)
         a = tl.load(x_ptrs + g0 * 32 + p[None, :], mask=(group < G)[None, :], other=0.0)
     else:
         a = tl.load(x_ptrs + g0 * 32 + p[None, :])
-    if SYNC:
+    if SWAP:
         a = _v2_sync_activations(a)
     words = _v2_words(w_ptr, rows, g0, G, GB, MASKED)
     w = _v2_weight_tile(words, scales, LANES, LAYOUT, SYNC)
@@ -2727,6 +2754,7 @@ def _v2_matmul(
     DOT_BF16: tl.constexpr,
     LAYOUT: tl.constexpr,
     SYNC: tl.constexpr,
+    SWAP: tl.constexpr,
 ):
     """-> fp32 [R, M]: the tile's weight rows times the activations (the accumulator's row order).
 
@@ -2743,7 +2771,7 @@ def _v2_matmul(
         else:
             scales = _v2_scales(s_ptr, rows, g0, scale_step, G, GB, False)
         acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G, GB, LANES, DOT_BF16, False, LAYOUT,
-                       SYNC)  # fmt: skip
+                       SYNC, SWAP)  # fmt: skip
         if x_ptrs.shape[0] > _V2_ASYNC_MMA_MAX_M:
             # a use of the accumulator that is not a dot: the step's MMAs finish here (see
             # _V2_ASYNC_MMA_MAX_M); g0 >= 0 always holds, but the compiler cannot fold it
@@ -2754,7 +2782,7 @@ def _v2_matmul(
         else:
             scales = _v2_scales(s_ptr, rows, G_FULL, scale_step, G, GB, True)
         acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, G_FULL, G, GB, LANES, DOT_BF16, True,
-                       LAYOUT, SYNC)  # fmt: skip
+                       LAYOUT, SYNC, SWAP)  # fmt: skip
     return acc * _LANE_RESCALE
 
 
@@ -2800,6 +2828,7 @@ def _v2_gate_up_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
+    SWAP: tl.constexpr = False,  # activations stored with position bits 1, 4 swapped (`_v2_act_swap`)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2819,7 +2848,7 @@ def _v2_gate_up_kernel(
     rows = expert * (2 * INTER) + 2 * pair_index + d  # gate rows at d = 0, up rows at d = 1
     x_ptrs = x_ptr + token[:, None].to(tl.int64) * X_WIDTH
     acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
-                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC)  # fmt: skip
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
 
     gate, up = tl.split(tl.permute(tl.reshape(acc, (REP, NW, 2, 8, BLOCK_M)), (0, 1, 3, 4, 2)))
     j = pid_n * BP + tl.arange(0, BP)
@@ -2831,7 +2860,7 @@ def _v2_gate_up_kernel(
     tl.store(
         act_ptr
         + sorted_row[None, :].to(tl.int64) * ACT_WIDTH
-        + _v2_position(j, DOWN_GROUPS, SYNC)[:, None],
+        + _v2_position(j, DOWN_GROUPS, SYNC, SWAP)[:, None],
         act.to(act_ptr.dtype.element_ty),
         mask=sorted_ok[None, :] & j_ok[:, None],
     )
@@ -2865,6 +2894,7 @@ def _v2_down_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
+    SWAP: tl.constexpr = False,  # activations stored with position bits 1, 4 swapped (`_v2_act_swap`)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2883,7 +2913,7 @@ def _v2_down_kernel(
     act_row = tl.minimum(sorted_row, row_end - 1)
     x_ptrs = act_ptr + act_row[:, None].to(tl.int64) * X_WIDTH
     acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
-                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC)  # fmt: skip
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
 
     col = pid_n * R + tl.arange(0, R)
     col_ok = col < H
@@ -2924,8 +2954,8 @@ def moe_mxfp4_grouped_v2(
     x = x.contiguous()
     if num_tokens == 0:
         return torch.empty_like(x)
-    sync = _v2_sync_order(block_m)
-    x_layout = "v2_sync" if sync else "v2"
+    sync, swap = _v2_sync_order(block_m), _v2_act_swap(block_m)
+    x_layout = "v2_sync" if sync else ("v2_swap" if swap else "v2")
     ids, route_w, x_v2, _ = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
     from gossamer.kernels.moe_grouped_gemv import expert_schedule, slot_sum
@@ -2939,7 +2969,7 @@ def moe_mxfp4_grouped_v2(
     lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
               "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
-              "SYNC": sync}  # fmt: skip
+              "SYNC": sync, "SWAP": swap}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
     _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](

@@ -439,14 +439,15 @@ def test_grouped_v2_default_tile_of_8_rows(moe):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
-@pytest.mark.parametrize(
-    "hidden,inter,tokens,changes",
-    [
-        (96, 64, 17, {}),  # only the peeled partial step
-        (160, 96, 5, {"SCALE_PREFETCH": 1}),  # a full step and a partial one
-        (288, 160, 9, {"GROUPS_PER_STEP": 8, "SCALE_PREFETCH": 1}),  # 2 x 4 groups a step
-    ],
-)
+# Shapes for the 8-row tiles' other orders: (hidden, intermediate, tokens, config changes)
+V2_8_ROW_CASES = [
+    (96, 64, 17, {}),  # only the peeled partial step
+    (160, 96, 5, {"SCALE_PREFETCH": 1}),  # a full step and a partial one
+    (288, 160, 9, {"GROUPS_PER_STEP": 8, "SCALE_PREFETCH": 1}),  # 2 x 4 groups a step
+]
+
+
+@pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
 def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes):
     """V2_SYNC_ORDER: tiles of 8 rows (mma.sync on the GPU) in their own K order, the
     activations routed and the gate_up outputs stored in it too."""
@@ -454,6 +455,20 @@ def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes)
     assert moe._v2_sync_order(8) and not moe._v2_sync_order(16)
     experts = _experts(8, hidden, inter, seed=50 + hidden)
     x, logits = _inputs(tokens, hidden, 8, seed=51 + tokens)
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(**changes)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
+@pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
+def test_grouped_v2_act_swap(moe, monkeypatch, hidden, inter, tokens, changes):
+    """V2_ACT_SWAP: tiles of 8 rows in v2's K order, the activations routed and the gate_up
+    outputs stored with position bits 1 and 4 swapped, swapped back in the kernels."""
+    monkeypatch.setattr(moe, "V2_ACT_SWAP", True)
+    assert moe._v2_act_swap(8) and not moe._v2_act_swap(16) and not moe._v2_sync_order(8)
+    experts = _experts(8, hidden, inter, seed=70 + hidden)
+    x, logits = _inputs(tokens, hidden, 8, seed=71 + tokens)
     out = moe.moe_mxfp4_grouped_v2(
         x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(**changes)
     )
@@ -499,6 +514,20 @@ def test_v2_sync_route_layout(moe, groups):
     # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
     steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
     expected = steps.permute(0, 1, 2, 7, 8, 5, 3, 4, 6).reshape(3, hidden)
+    assert torch.equal(x_v2, expected)
+
+
+@pytest.mark.parametrize("groups", [4, 8])
+def test_v2_swap_route_layout(moe, groups):
+    """route's "v2_swap" layout (v2 tiles of 8 rows with V2_ACT_SWAP): v2's position with bits 1
+    and 4 swapped, i.e. element 32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi // 2) +
+    4 (GL // 2) + 8 (wi % 2) + 16 (GL % 2) + 32 (j % 2) + 64 (j // 2) + 128 GH."""
+    hidden = 32 * groups * 2
+    x, logits = _inputs(3, hidden, 4, seed=72)
+    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_swap", groups)
+    # [t, step, GH, GL // 2, GL % 2, wi // 2, wi % 2, h, j // 2, j % 2]
+    steps = x.view(3, 2, groups // 4, 2, 2, 2, 2, 2, 2, 2)
+    expected = steps.permute(0, 1, 2, 8, 9, 4, 6, 3, 5, 7).reshape(3, hidden)
     assert torch.equal(x_v2, expected)
 
 
@@ -791,6 +820,22 @@ def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
             "down_config": down | {"NUM_STAGES": stages},
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [16, 64])
+def test_gpu_120b_grouped_v2_act_swap(experts_120b, monkeypatch, tokens):
+    """V2_ACT_SWAP (tiles of 8 rows reading activations stored with bits 1 and 4 swapped), the
+    default tile and the repacked words as the loader leaves them."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", True)
+    x, logits = _inputs_120b(tokens, seed=420 + tokens)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    for experts in (experts_120b, _fp16_lanes(experts_120b)):
+        out = moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K_120B, LIMIT, ALPHA,
+                                             block_m=8)  # fmt: skip
+        _assert_close_120b(out, ref)
 
 
 @pytest.mark.gpu
