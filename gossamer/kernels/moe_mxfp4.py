@@ -2532,10 +2532,12 @@ def _v2_sync_order(block_m: int) -> bool:
 # ~25 register moves a loop that fed them go: offline (sm_90, triton 3.6, the repacked words)
 # v2's 8-row gate_up 447 -> 411 instructions a loop, down 454 -> 429. Measured slower: one 120b
 # layer at 64 tokens 747-758 us against 617-622 (H100, session 27, interleaved processes), as the
-# mma.sync order was with fewer instructions too. Off (GOSSAMER_V2_ACT_SWAP=1), kept to find out
-# why (a guess: the swap back in registers leaves the activations' shared-memory tile without
-# its swizzle, so the 8-byte loads conflict on banks; ncu's bank-conflict counters would say).
-# The mma.sync order always swaps.
+# mma.sync order was with fewer instructions too. Why, as far as the TTGIR shows: permuted in
+# registers after the load, the activations are no longer a dot operand when Triton picks their
+# shared-memory layout, and the tile loses its swizzle (vec 16, maxPhase 4 -> vec 1, maxPhase
+# 1): 8 token rows 512 bytes apart then load from the same banks. The mma.sync order's
+# activations take the same permute and lose the swizzle too. Off (GOSSAMER_V2_ACT_SWAP=1); the
+# mma.sync order always swaps.
 V2_ACT_SWAP = os.environ.get("GOSSAMER_V2_ACT_SWAP", "0") == "1"
 
 
