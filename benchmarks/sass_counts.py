@@ -210,8 +210,8 @@ def main() -> None:
     repacked = {"LAYOUT": moe.LAYOUT_FP16_LANES}
     v2_cases = [(8, eight | repacked), (8, eight | repacked | {"SWAP": True}), (16, repacked),
                 (8, eight),
-                (8, eight | {"NUM_STAGES": 2}), (8, eight | {"SYNC": True}),
-                (8, eight | {"SYNC": True, "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}),
+                (8, eight | {"NUM_STAGES": 2}), (8, eight | {"SYNC": True, "SWAP": True}),
+                (8, eight | {"SYNC": True, "SWAP": True, "NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}),
                 (16, {"REP": 2}), (32, {})]  # fmt: skip
     for block_m, changes in v2_cases:
         grouped_v2(block_m, changes)

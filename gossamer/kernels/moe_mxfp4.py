@@ -198,8 +198,8 @@ def _e8m0_scale(scales):
 
 @triton.jit
 def _bf16_scale_pairs(scales):
-    """uint8 e8m0 exponents s (<= mxfp4.KERNEL_MAX_SCALE) -> int32 bf16x2 words, both lanes 2^(s-65): the
-    exponent s + 62 in bits 7..14 of each lane, written as one multiply-add."""
+    """uint8 e8m0 exponents s (<= mxfp4.KERNEL_MAX_SCALE) -> int32 bf16x2 words, both lanes
+    2^(s-65): the exponent s + 62 in bits 7..14 of each lane, written as one multiply-add."""
     if _OLD_UNPACK:
         biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)
         return (biased << 7) | (biased << 23)
@@ -2834,7 +2834,7 @@ def _v2_gate_up_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
-    SWAP: tl.constexpr = False,  # activations stored with position bits 1, 4 swapped (`_v2_act_swap`)
+    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`; SYNC too)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2900,7 +2900,7 @@ def _v2_down_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
-    SWAP: tl.constexpr = False,  # activations stored with position bits 1, 4 swapped (`_v2_act_swap`)
+    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`; SYNC too)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
