@@ -32,18 +32,8 @@ E2M1_MAX = 6.0
 SCALE_BIAS = 127
 # The largest scale exponent the Triton kernels decode: weights below 2^65, so that the bf16 lanes'
 # scale 2^(s-65) is finite and every product stays normal in fp32 (gossamer/kernels/moe_mxfp4.py).
-# 255 is NaN in e8m0. The loader checks the experts against it (`check_kernel_scales`).
+# 255 is NaN in e8m0. The loader checks the experts against it (weights.check_expert_scales).
 KERNEL_MAX_SCALE = 192
-
-
-def check_kernel_scales(scales: torch.Tensor, name: str) -> None:
-    """Raise ValueError if an e8m0 exponent is above KERNEL_MAX_SCALE (one reduction)."""
-    largest = int(scales.max()) if scales.numel() else 0
-    if largest > KERNEL_MAX_SCALE:
-        raise ValueError(
-            f"{name}: MXFP4 scale exponent {largest} (2^{largest - SCALE_BIAS}, NaN if 255) is "
-            f"above {KERNEL_MAX_SCALE}, the largest the Triton kernels decode"
-        )
 
 
 def dequantize(
