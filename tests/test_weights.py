@@ -227,7 +227,7 @@ def test_pack_gate_up_for_gpu_registers_every_layers_gate_up_in_the_default_tile
 
 def test_expert_scales_above_the_kernels_limit_are_refused(tmp_path):
     """The Triton kernels build scales without a clamp, so the loader checks every expert's e8m0
-    exponent (the dummy weights and a written checkpoint pass; 193 and NaN's 255 do not)."""
+    exponent (a written checkpoint and the limit itself pass; 193 and NaN's 255 do not)."""
     from gossamer.model.weights import check_expert_scales
 
     hf_dir = write_hf_model(tmp_path / "hf", seed=6)
