@@ -2566,7 +2566,7 @@ _V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX
 def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False, SWAP: tl.constexpr = False):
     """Position of element k of a row in the v2 order of steps of GB scale groups (SYNC: the
     mma.sync order, see `_v2_sync_order`), as stored: with SWAP (`_v2_act_swap`; always with
-    SYNC) bits 1 and 4 swapped, which `_v2_sync_activations` swaps back after the load."""
+    SYNC) bits 1 and 4 swapped, which `_v2_unswap_activations` swaps back after the load."""
     BK: tl.constexpr = GB * 32
     e = k % BK
     group = e // 32
@@ -2590,7 +2590,7 @@ def _swap_bits_1_4(p):
 
 
 @triton.jit
-def _v2_sync_activations(a):
+def _v2_unswap_activations(a):
     """[M, GB * 32] activations as stored with SWAP -> in the K order: bits 1 and 4 of each
     position swapped. Stored so, each mma.sync's two B registers are 4 adjacent values, one
     8-byte shared-memory load (in the K order they would be halves of two such loads)."""
@@ -2739,7 +2739,7 @@ def _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G: tl.constexpr, GB: tl.const
     else:
         a = tl.load(x_ptrs + g0 * 32 + p[None, :])
     if SWAP:
-        a = _v2_sync_activations(a)
+        a = _v2_unswap_activations(a)
     words = _v2_words(w_ptr, rows, g0, G, GB, MASKED)
     w = _v2_weight_tile(words, scales, LANES, LAYOUT, SYNC)
     return _accumulate(acc, a, w, DOT_BF16, True)
