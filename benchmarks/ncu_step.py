@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -175,7 +176,9 @@ def _number(text: str) -> float | None:
         return None
 
 
-def print_table(kernels: list[KernelStats], top: int, stalls: int, pipes: bool = False) -> None:
+def print_table(
+    kernels: list[KernelStats], top: int, stalls: int, pipes: bool = False, match: str = ""
+) -> None:
     total = sum(stats.total_us for stats in kernels)
     print(f"{len(kernels)} kernels, {sum(k.launches for k in kernels)} launches, {total:.1f} us")
     columns = dict(COLUMNS)
@@ -187,6 +190,16 @@ def print_table(kernels: list[KernelStats], top: int, stalls: int, pipes: bool =
         cells = "".join(f"{stats.mean(column):8.1f}" for column in columns)
         worst = ", ".join(f"{name} {value:.1f}" for name, value in stats.top_stalls(stalls))
         print(f"{stats.name[:48]:48s} {stats.launches:8d} {stats.total_us:9.1f}{cells}  {worst}")
+    if match:
+        print_matching(kernels[:top], match)
+
+
+def print_matching(kernels: list[KernelStats], pattern: str) -> None:
+    """Every raw column whose name matches `pattern`, a line per kernel and column (e.g. the
+    shared-memory bank conflicts of --section MemoryWorkloadAnalysis_Tables)."""
+    for stats in kernels:
+        for column in sorted(c for c in stats.values if re.search(pattern, c)):
+            print(f"  {stats.name[:48]:48s} {column:70s} {stats.mean(column):14.1f}")
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -205,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     summarize.add_argument("--top", type=int, default=30)
     summarize.add_argument("--stalls", type=int, default=4)
     summarize.add_argument("--pipes", action="store_true", help="pipe use (InstructionStats)")
+    summarize.add_argument("--match", default="", help="also print raw columns matching this regex")
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.smoke:
@@ -212,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
             args.model, args.context = str(default_model_path()), 32
         run_step(args.model, args.batch, args.context)
     else:
-        print_table(read_raw_csv(args.csv), args.top, args.stalls, args.pipes)
+        print_table(read_raw_csv(args.csv), args.top, args.stalls, args.pipes, args.match)
 
 
 if __name__ == "__main__":

@@ -75,3 +75,18 @@ def test_pipe_use_columns_where_the_csv_has_them(benchmark_script, tmp_path, cap
     header, row = capsys.readouterr().out.splitlines()[1:3]
     assert "alu%" in header and "tensor%" not in header
     assert row.split()[-1] == "48.5"
+
+
+def test_columns_matching_a_pattern_print_per_kernel(benchmark_script, tmp_path, capsys):
+    """`--match`: raw columns by regex (the shared-memory bank conflicts), a line per kernel."""
+    bench = benchmark_script("ncu_step")
+    conflicts = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
+    path = tmp_path / "ncu.csv"
+    lines = ['"ID","Kernel Name","Grid Size","gpu__time_duration.sum","' + conflicts + '","other"']
+    lines += ['"","","","usecond","",""', '"0","v2_gate_up","(45, 144, 1)","198.5","1,200","7"']
+    lines += ['"1","v2_gate_up","(45, 144, 1)","201.5","1,400","7"']
+    path.write_text("\n".join(lines) + "\n")
+    bench.print_table(bench.read_raw_csv(path), top=5, stalls=2, match="bank_conflicts")
+    matched = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(matched) == 1 and conflicts in matched[0]
+    assert matched[0].split()[-1] == "1300.0"
