@@ -3,28 +3,15 @@ runs by hand)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import torch
 
-from gossamer.testing import REPO_ROOT
+
+def test_the_e5m2_registers_decode_every_code_of_every_element(benchmark_script):
+    benchmark_script("fp8_operand_sass").check_e5m2_registers()  # raises on any wrong byte
 
 
-def _study():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("fp8_operand_sass")
-    finally:
-        sys.path.remove(str(REPO_ROOT / "benchmarks"))
-
-
-def test_the_e5m2_registers_decode_every_code_of_every_element():
-    _study().check_e5m2_registers()  # raises on any wrong byte
-
-
-def test_a_wrong_mask_is_caught():
-    study = _study()
+def test_a_wrong_mask_is_caught(benchmark_script):
+    study = benchmark_script("fp8_operand_sass")
     saved = study.B_ROTATED_26
     study.B_ROTATED_26 = 0x00800000  # drops element 3's sign
     try:
@@ -37,11 +24,11 @@ def test_a_wrong_mask_is_caught():
         study.B_ROTATED_26 = saved
 
 
-def test_two_e4m3_terms_hold_bf16_activations():
+def test_two_e4m3_terms_hold_bf16_activations(benchmark_script):
     """hi + lo is exact where the scaled value is at least 2^-2, within 2^-10 below."""
     x = (torch.randn(4, 4096) * torch.logspace(-6, 3, 4096)).to(torch.bfloat16)
     x[1] *= 1e-20  # a tiny row: the power-of-two scale brings it up
-    hi, lo, scale = _study().split_e4m3(x)
+    hi, lo, scale = benchmark_script("fp8_operand_sass").split_e4m3(x)
     scaled = x.float() * scale
     assert (scaled.abs().amax(dim=-1) > 224).all() and (scaled.abs().amax(dim=-1) <= 448).all()
     total = hi.float() + lo.float()
