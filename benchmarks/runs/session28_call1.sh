@@ -14,13 +14,9 @@ SW="benchmarks/moe_grouped_sweep.py --sync-ab --tokens 64 --confirm= --ab-groups
 SECTIONS="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis_Tables --section InstructionStats"
 METRICS="--metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed.sum"
 MATCH='bank_conflicts|wavefronts_mem_shared|inst_executed_op_shared|ldgsts|smsp__inst_executed.sum'
-profile() {  # NAME [env assignments]: ncu on the layer's first 4 v2 launches, then the table
-    local name=$1; shift
-    env "$@" ncu --clock-control none --target-processes all -k regex:_v2_ -c 4 $SECTIONS $METRICS \
-        --csv --page raw --log-file $R/ncu_$name.csv python3 $SW
-}
 for variant in default:GOSSAMER_V2_ACT_SWAP=0 swap:GOSSAMER_V2_ACT_SWAP=1 sync:GOSSAMER_V2_SYNC_ORDER=1; do
     name=${variant%%:*}
-    TAILN=4 step ncu_$name 150 profile $name ${variant#*:}
+    TAILN=4 step ncu_$name 150 env ${variant#*:} ncu --clock-control none --target-processes all \
+        -k regex:_v2_ -c 4 $SECTIONS $METRICS --csv --page raw --log-file $R/ncu_$name.csv python3 $SW
     TAILN=40 step table_$name 30 python3 benchmarks/ncu_step.py summarize $R/ncu_$name.csv --pipes --stalls 6 --match "$MATCH"
 done
