@@ -2661,19 +2661,40 @@ def _v2_rows(t, REP: tl.constexpr, NW: tl.constexpr):
     return tl.reshape(t, (REP * NW * 16, t.shape[4], t.shape[5]))
 
 
+# The words' shared-memory tile is unswizzled (they are not a dot operand when Triton lays it out).
+# Loaded as [.., 8 rows, 16 words] its rows sit 64 bytes apart, so the 8 rows of a warp's
+# four-byte loads fall on two bank offsets: 4-way conflicts (ncu, H100, session 28: 48% of the
+# 8-row gate_up's shared-load wavefronts are conflicts, none from the swizzled activations).
+# Group-major ([.., 4 groups, 8 rows, 4 words]) puts the rows 16 bytes apart. Off until measured
+# (GOSSAMER_V2_WORDS_GROUP_MAJOR=1).
+_V2_WORDS_GROUP_MAJOR = tl.constexpr(os.environ.get("GOSSAMER_V2_WORDS_GROUP_MAJOR", "0") == "1")
+
+
 @triton.jit
 def _v2_words(w_ptr, rows, g0, G: tl.constexpr, GB: tl.constexpr, MASKED: tl.constexpr):
     """rows [REP, 2, NW, 8] (packed rows, counted from w_ptr) -> int32 words [R, GB/4, 4, 4] of
     the groups g0 + 4 GH + GL: one 16-byte run per (row, group), in the lane that uses it."""
     REP: tl.constexpr = rows.shape[0]
     NW: tl.constexpr = rows.shape[2]
-    gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
-    word = tl.arange(0, 16)[None, None, None, None, None, :]  # 4 GL + wi
-    ptrs = w_ptr + rows[None, :, :, :, :, None] * (G * 4) + (g0 * 4 + 16 * gh + word)
-    if MASKED:
-        words = tl.load(ptrs, mask=g0 + 4 * gh + word // 4 < G, other=0)
+    if _V2_WORDS_GROUP_MAJOR:
+        gh = tl.arange(0, GB // 4)[:, None, None, None, None, None, None]
+        gl = tl.arange(0, 4)[None, None, None, None, :, None, None]
+        wi = tl.arange(0, 4)[None, None, None, None, None, None, :]
+        row_ptrs = w_ptr + rows[None, :, :, :, None, :, None] * (G * 4)
+        ptrs = row_ptrs + (g0 * 4 + 16 * gh + 4 * gl + wi)  # [GH, REP, 2, NW, GL, 8, wi]
+        if MASKED:
+            words = tl.load(ptrs, mask=g0 + 4 * gh + gl < G, other=0)
+        else:
+            words = tl.load(ptrs)
+        words = tl.reshape(tl.permute(words, (0, 1, 2, 3, 5, 4, 6)), (GB // 4, REP, 2, NW, 8, 16))
     else:
-        words = tl.load(ptrs)
+        gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
+        word = tl.arange(0, 16)[None, None, None, None, None, :]  # 4 GL + wi
+        ptrs = w_ptr + rows[None, :, :, :, :, None] * (G * 4) + (g0 * 4 + 16 * gh + word)
+        if MASKED:
+            words = tl.load(ptrs, mask=g0 + 4 * gh + word // 4 < G, other=0)
+        else:
+            words = tl.load(ptrs)
     return tl.reshape(_v2_rows(words, REP, NW), (REP * NW * 16, GB // 4, 4, 4))
 
 
