@@ -2665,8 +2665,10 @@ def _v2_rows(t, REP: tl.constexpr, NW: tl.constexpr):
 # Loaded as [.., 8 rows, 16 words] its rows sit 64 bytes apart, so the 8 rows of a warp's
 # four-byte loads fall on two bank offsets: 4-way conflicts (ncu, H100, session 28: 48% of the
 # 8-row gate_up's shared-load wavefronts are conflicts, none from the swizzled activations).
-# Group-major ([.., 4 groups, 8 rows, 4 words]) puts the rows 16 bytes apart. Off until measured
-# (GOSSAMER_V2_WORDS_GROUP_MAJOR=1).
+# Group-major ([.., 4 groups, 8 rows, 4 words]) puts the rows 16 bytes apart: conflicts 20.0M ->
+# 6.7M a launch, but the layer ran 26% slower (780.7 us against 620.0 at 64 tokens, C=64 1,826
+# against 2,208 tok/s; H100, session 28; mio_throttle and barrier stalls appeared). Off, kept for
+# the record (GOSSAMER_V2_WORDS_GROUP_MAJOR=1).
 _V2_WORDS_GROUP_MAJOR = tl.constexpr(os.environ.get("GOSSAMER_V2_WORDS_GROUP_MAJOR", "0") == "1")
 
 
