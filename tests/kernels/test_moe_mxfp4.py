@@ -475,6 +475,21 @@ def test_grouped_v2_act_swap(moe, monkeypatch, hidden, inter, tokens, changes):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+@pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
+def test_grouped_v2_words_group_major(moe, monkeypatch, hidden, inter, tokens, changes):
+    """_V2_WORDS_GROUP_MAJOR: the words loaded as [.., group, row, word] and permuted back, the
+    masked last step included."""
+    import triton.language as tl
+
+    monkeypatch.setattr(moe, "_V2_WORDS_GROUP_MAJOR", tl.constexpr(True))
+    experts = _experts(8, hidden, inter, seed=90 + hidden)
+    x, logits = _inputs(tokens, hidden, 8, seed=91 + tokens)
+    out = moe.moe_mxfp4_grouped_v2(
+        x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(**changes)
+    )
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+
+
 def test_grouped_v2_crowded_and_empty_experts(moe):
     """Every token on experts 5 and 2 (17 pairs each: two M-tiles of 16, the second with one row);
     six experts without tokens."""
