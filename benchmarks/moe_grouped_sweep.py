@@ -140,6 +140,7 @@ def main() -> None:
     parser.add_argument("--ab-stages", default="3,2")
     parser.add_argument("--ab-groups", default=str(moe.v2_configs(8)[0]["GROUPS_PER_STEP"]))
     parser.add_argument("--ab-rounds", type=int, default=2)
+    parser.add_argument("--ab-prefetch", default="", help="SCALE_PREFETCH values (the tile's)")
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -196,17 +197,21 @@ def sync_rows(experts, args, bw: float) -> list[dict]:
     shuffles), at each of --ab-stages pipeline stages and --ab-groups scale groups a step; the
     --ab-rounds rounds interleave the variants."""
     rows, saved = [], moe.V2_SYNC_ORDER
+    prefetches = _ints(args.ab_prefetch) if args.ab_prefetch else [None]  # None: the tile's
     variants = list(itertools.product((bool(o) for o in _ints(args.ab_orders)),
-                                      _ints(args.ab_stages), _ints(args.ab_groups)))  # fmt: skip
+                                      _ints(args.ab_stages), _ints(args.ab_groups), prefetches))  # fmt: skip
     try:
         for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
             for _ in range(args.ab_rounds):
-                for sync, stages, groups in variants:
+                for sync, stages, groups, prefetch in variants:
                     moe.V2_SYNC_ORDER = sync
                     change = {"NUM_STAGES": stages, "GROUPS_PER_STEP": groups}
+                    if prefetch is not None:
+                        change["SCALE_PREFETCH"] = prefetch
                     gu, dn = (c | change for c in moe.v2_configs(8))
                     row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
-                    _print(row, f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}")
+                    name = f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}"
+                    _print(row, name + ("" if prefetch is None else f" prefetch={prefetch}"))
                     rows.append(row)
     finally:
         moe.V2_SYNC_ORDER = saved

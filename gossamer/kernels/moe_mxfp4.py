@@ -393,8 +393,9 @@ def _route_kernel(
     x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
     # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
     # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: the
-    # same in v2's mma.sync order; 6: v2's order stored with SWAP (`_v2_act_swap`)
-    x_unscale_ptr,  # X_LAYOUT 3: [T] fp32 out, 2^-e_t
+    # same in v2's mma.sync order; 6: v2's order stored with SWAP (`_v2_act_swap`); 7: [T, HP]
+    # fp16 (fp32 for fp32 x) scaled as 3, in _v2h_position order (`_v2_fp16`)
+    x_unscale_ptr,  # X_LAYOUT 3 and 7: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
     E_P2: tl.constexpr,
@@ -437,6 +438,19 @@ def _route_kernel(
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             position = _v2_position(k, V2_GROUPS, X_LAYOUT == 5, X_LAYOUT != 4)
             tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
+    elif X_LAYOUT == 7:
+        HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
+        amax = 0.0
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(values), axis=0))
+        scale = _fp16_row_scale(amax, x_unscale_ptr + token)
+        for start in tl.static_range(0, H, BLOCK_H):
+            k = start + tl.arange(0, BLOCK_H)
+            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
+            scaled = (values * scale).to(x_out_ptr.dtype.element_ty)
+            tl.store(x_out_ptr + token * HP + _v2h_position(k), scaled, mask=k < H)
     elif ONE_PASS:
         _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
     elif X_LAYOUT == 3:
@@ -579,7 +593,8 @@ def route_fp16(
     return _route(router_logits, top_k, x, "fp16")
 
 
-_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5, "v2_swap": 6}
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5, "v2_swap": 6,
+              "v2_fp16": 7}  # fmt: skip
 
 
 def _route(
@@ -602,6 +617,10 @@ def _route(
         x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
     elif x is not None and x_layout in ("v2", "v2_sync", "v2_swap"):  # last step's holes: unread
         x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=x.dtype, device=device)
+    elif x is not None and x_layout == "v2_fp16":  # fp16 for the tensor cores, fp32 stays exact
+        dtype = torch.float16 if x.dtype == torch.bfloat16 else x.dtype
+        x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=dtype, device=device)
+        x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
     elif x is not None:
         x_out = torch.empty_like(x)
     if num_tokens == 0:
@@ -2815,6 +2834,155 @@ def _v2_matmul(
     return acc * _LANE_RESCALE
 
 
+# fp16 operands for tiles below 16 rows (V2_FP16): the repacked words unpack to fp16 lanes in 9
+# instructions a word (the batch-1 GEMV's `_fp16_layout_lanes`) against 12 for bf16 lanes, and the
+# group scale, which fp16 cannot hold, multiplies each group's partial sums (one FFMA per
+# accumulator element) instead of the weights (4 HMUL2 a word). So every scale group is its own
+# dot: K positions are group-major (`_v2h_position`), and in each group a thread's word feeds the
+# mma.sync operand registers as Triton 3.6 lays them out (runs of 4 K positions a thread). The
+# activations are fp16 scaled by a power of two: x per token (as the GEMV's), SwiGLU outputs by
+# 2^act_exponent. Offline (sm_90 SASS, triton 3.6, `benchmarks/fp8_operand_sass.py --fp16`):
+# 331 instructions a loop of 128 weights against v2's 447 at 8 rows.
+V2_FP16 = os.environ.get("GOSSAMER_V2_FP16", "0") == "1"
+V2_FP16_GROUPS = 8  # the fp16 step splits into exactly this many group dots
+_V2H_GROUPS = tl.constexpr(V2_FP16_GROUPS)
+
+
+def _v2_fp16(block_m: int, gate_up: dict, down: dict) -> bool:
+    """Whether v2 runs tiles of block_m rows with fp16 operands (V2_FP16; below 16 rows, steps of
+    V2_FP16_GROUPS groups)."""
+    steps = (gate_up["GROUPS_PER_STEP"], down["GROUPS_PER_STEP"])
+    return V2_FP16 and block_m < 16 and steps == (V2_FP16_GROUPS, V2_FP16_GROUPS)
+
+
+@triton.jit
+def _v2h_position(k):
+    """Position of element k of a row in the fp16 operands' order: group-major; in a group,
+    element 8t + j + 4h (word t, code j + 4h) at 16 (j // 2) + 4t + 2 (j % 2) + h."""
+    e = k % 32
+    t = e // 8
+    j = e % 4
+    h = (e % 8) // 4
+    return k - e + 16 * (j // 2) + 4 * t + 2 * (j % 2) + h
+
+
+@triton.jit
+def _fp16_pairs(lanes, PTX: tl.constexpr):
+    """int32 words of two fp16 lanes [R, 4] -> [R, 4, 2] fp16 (low lane first)."""
+    if PTX:  # the words passed twice (join) so that with pack=2 one instance sees one word
+        return tl.inline_asm_elementwise(
+            asm="mov.b32 $0, $1;", constraints="=r,r,r", args=[tl.join(lanes, lanes)],
+            dtype=tl.float16, is_pure=True, pack=2,
+        )  # fmt: skip
+    low = lanes.to(tl.int16).to(tl.float16, bitcast=True)
+    high = (lanes >> 16).to(tl.int16).to(tl.float16, bitcast=True)
+    return tl.join(low, high)
+
+
+@triton.jit
+def _v2h_weights(words, LAYOUT: tl.constexpr, PTX: tl.constexpr):
+    """A group's words [R, 4] -> [R, 32] e2m1 * 2^-14 in fp16, `_v2h_position` order."""
+    q0 = _fp16_pairs(_pair_lanes(words, 0, LAYOUT), PTX)
+    q1 = _fp16_pairs(_pair_lanes(words, 1, LAYOUT), PTX)
+    q2 = _fp16_pairs(_pair_lanes(words, 2, LAYOUT), PTX)
+    q3 = _fp16_pairs(_pair_lanes(words, 3, LAYOUT), PTX)
+    values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, t, h, j % 2, j // 2]
+    return tl.reshape(tl.permute(values, (0, 4, 1, 3, 2)), (words.shape[0], 32))
+
+
+@triton.jit
+def _split8(t):
+    """[A, B, 8] -> its 8 slices [A, B] along the last axis, in order."""
+    t = tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2))  # last axis 4a + 2b + c
+    t0, t1 = tl.split(t)
+    t00, t01 = tl.split(t0)
+    t10, t11 = tl.split(t1)
+    g0, g4 = tl.split(t00)
+    g2, g6 = tl.split(t01)
+    g1, g5 = tl.split(t10)
+    g3, g7 = tl.split(t11)
+    return g0, g1, g2, g3, g4, g5, g6, g7
+
+
+@triton.jit
+def _v2h_group(acc, words, scale, x_ptrs, g, G: tl.constexpr, MASKED: tl.constexpr,
+               DOT16: tl.constexpr, LAYOUT: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
+    """acc [R, M] + scale [R, 1] * (group g's weights @ its activations)."""
+    p = g * 32 + tl.arange(0, 32)[None, :]
+    if MASKED:
+        x = tl.load(x_ptrs + p, mask=(p < G * 32), other=0.0)
+    else:
+        x = tl.load(x_ptrs + p)
+    w = _v2h_weights(words, LAYOUT, PTX)
+    if DOT16:
+        part = tl.dot(w, tl.trans(x.to(tl.float16)))
+    else:
+        part = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), input_precision="ieee")
+    return acc + part * scale
+
+
+@triton.jit
+def _v2h_scales(s_ptr, rows, g0, scale_step, G: tl.constexpr):
+    """uint8 scales [R, 8] of groups g0 .. g0 + 8 (zero past G): a step ahead, as v2's
+    SCALE_PREFETCH (one-byte loads are not async copies)."""
+    group = g0 + tl.arange(0, _V2H_GROUPS)
+    scale_ptrs = s_ptr + rows[:, None] * G + group[None, :] * scale_step  # (see _v2_scales)
+    return tl.load(scale_ptrs, mask=(group < G)[None, :], other=0)
+
+
+@triton.jit
+def _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G: tl.constexpr, MASKED: tl.constexpr,
+              DOT16: tl.constexpr, LAYOUT: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
+    """acc [R, M] += the 8 group dots of groups g0 .. g0 + 8 (rows [R]: packed rows)."""
+    group = g0 + tl.arange(0, _V2H_GROUPS)
+    word_ptrs = w_ptr + rows[:, None, None] * (G * 4) + group[None, :, None] * 4
+    word_ptrs += tl.arange(0, 4)[None, None, :]  # [R, 8 groups, 4 words]: 16-byte runs
+    if MASKED:
+        words = tl.load(word_ptrs, mask=(group < G)[None, :, None], other=0)
+    else:
+        words = tl.load(word_ptrs)
+    w0, w1, w2, w3, w4, w5, w6, w7 = _split8(tl.permute(words, (0, 2, 1)))
+    s0, s1, s2, s3, s4, s5, s6, s7 = _split8(tl.reshape(_e8m0_scale(scales), (rows.shape[0], 1, 8)))
+    acc = _v2h_group(acc, w0, s0, x_ptrs, g0, G, MASKED, DOT16, LAYOUT, PTX)
+    acc = _v2h_group(acc, w1, s1, x_ptrs, g0 + 1, G, MASKED, DOT16, LAYOUT, PTX)
+    acc = _v2h_group(acc, w2, s2, x_ptrs, g0 + 2, G, MASKED, DOT16, LAYOUT, PTX)
+    acc = _v2h_group(acc, w3, s3, x_ptrs, g0 + 3, G, MASKED, DOT16, LAYOUT, PTX)
+    acc = _v2h_group(acc, w4, s4, x_ptrs, g0 + 4, G, MASKED, DOT16, LAYOUT, PTX)
+    acc = _v2h_group(acc, w5, s5, x_ptrs, g0 + 5, G, MASKED, DOT16, LAYOUT, PTX)
+    acc = _v2h_group(acc, w6, s6, x_ptrs, g0 + 6, G, MASKED, DOT16, LAYOUT, PTX)
+    return _v2h_group(acc, w7, s7, x_ptrs, g0 + 7, G, MASKED, DOT16, LAYOUT, PTX)
+
+
+@triton.jit
+def _v2h_matmul(x_ptrs, w_ptr, s_ptr, rows, scale_step, K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                SCALE_PREFETCH: tl.constexpr, DOT16: tl.constexpr, LAYOUT: tl.constexpr,
+                PTX: tl.constexpr):  # fmt: skip
+    """`_v2_matmul` with fp16 operands (V2_FP16): -> fp32 [R, M], the weights' e2m1 * 2^-14
+    already undone by the scales (`_e8m0_scale`); the activations' own scale is the caller's."""
+    G: tl.constexpr = K // 32
+    GB: tl.constexpr = _V2H_GROUPS
+    G_FULL: tl.constexpr = G // GB * GB
+    R: tl.constexpr = rows.shape[0] * rows.shape[2] * 16
+    rows = tl.reshape(tl.permute(rows, (0, 2, 1, 3)), (R,))  # the accumulator's row order
+    acc = tl.zeros([R, x_ptrs.shape[0]], tl.float32)
+    if SCALE_PREFETCH:
+        next_scales = _v2h_scales(s_ptr, rows, 0, scale_step, G)
+    for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
+        if SCALE_PREFETCH:
+            scales = next_scales
+            next_scales = _v2h_scales(s_ptr, rows, g0 + GB, scale_step, G)
+        else:
+            scales = _v2h_scales(s_ptr, rows, g0, scale_step, G)
+        acc = _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G, False, DOT16, LAYOUT, PTX)
+    if G_FULL < G:
+        if SCALE_PREFETCH:
+            scales = next_scales
+        else:
+            scales = _v2h_scales(s_ptr, rows, G_FULL, scale_step, G)
+        acc = _v2h_step(acc, x_ptrs, w_ptr, scales, rows, G_FULL, G, True, DOT16, LAYOUT, PTX)
+    return acc
+
+
 @triton.jit
 def _v2_tile_dims(REP: tl.constexpr, NW: tl.constexpr):
     """Index tensors of the row tile [REP, 2, NW, 8]: (rep, d, w, lane row)."""
@@ -2828,6 +2996,7 @@ def _v2_tile_dims(REP: tl.constexpr, NW: tl.constexpr):
 @triton.jit(do_not_specialize=["scale_step"])
 def _v2_gate_up_kernel(
     x_ptr,  # [T, X_WIDTH] activations in the v2 order of this kernel's steps
+    x_unscale_ptr,  # HALF: [T] fp32, 2^-e_t of x's per-token scale (else unread)
     sorted_pairs_ptr,  # [P] int32: pair index (token * TOP_K + slot) in expert order
     counts_ptr,  # [E] int32 pairs per expert
     offsets_ptr,  # [E] int32 first sorted row of each expert
@@ -2858,6 +3027,8 @@ def _v2_gate_up_kernel(
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
     SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`; SYNC too)
+    HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): x scaled per token, _v2h_position order
+    ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations are stored times this (2^act_exponent)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2876,8 +3047,13 @@ def _v2_gate_up_kernel(
     pair_index = tl.minimum(pid_n * BP + 8 * NW * rep + 8 * w + lane_row, INTER - 1)
     rows = expert * (2 * INTER) + 2 * pair_index + d  # gate rows at d = 0, up rows at d = 1
     x_ptrs = x_ptr + token[:, None].to(tl.int64) * X_WIDTH
-    acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
-                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
+    if HALF:
+        acc = _v2h_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, NUM_STAGES,
+                          SCALE_PREFETCH, DOT_BF16, LAYOUT, LANES == 1)  # fmt: skip
+        acc *= tl.load(x_unscale_ptr + token)[None, :]
+    else:
+        acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
+                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
 
     gate, up = tl.split(tl.permute(tl.reshape(acc, (REP, NW, 2, 8, BLOCK_M)), (0, 1, 3, 4, 2)))
     j = pid_n * BP + tl.arange(0, BP)
@@ -2886,11 +3062,13 @@ def _v2_gate_up_kernel(
     gate = tl.reshape(gate, (BP, BLOCK_M)) + tl.load(bias_row, mask=j_ok).to(tl.float32)[:, None]
     up = tl.reshape(up, (BP, BLOCK_M)) + tl.load(bias_row + 1, mask=j_ok).to(tl.float32)[:, None]
     act = _swiglu(gate, up, limit, alpha)  # [BP, M]
+    if HALF:
+        position = _v2h_position(j)
+    else:
+        position = _v2_position(j, DOWN_GROUPS, SYNC, SWAP)
     tl.store(
-        act_ptr
-        + sorted_row[None, :].to(tl.int64) * ACT_WIDTH
-        + _v2_position(j, DOWN_GROUPS, SYNC, SWAP)[:, None],
-        act.to(act_ptr.dtype.element_ty),
+        act_ptr + sorted_row[None, :].to(tl.int64) * ACT_WIDTH + position[:, None],
+        (act * ACT_SCALE).to(act_ptr.dtype.element_ty),
         mask=sorted_ok[None, :] & j_ok[:, None],
     )
 
@@ -2924,6 +3102,8 @@ def _v2_down_kernel(
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
     SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`; SYNC too)
+    HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): act in _v2h_position order
+    ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations as stored are times this
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -2941,8 +3121,13 @@ def _v2_down_kernel(
     # rows past the expert's end re-read its last row (in bounds); their results are never stored
     act_row = tl.minimum(sorted_row, row_end - 1)
     x_ptrs = act_ptr + act_row[:, None].to(tl.int64) * X_WIDTH
-    acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
-                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
+    if HALF:
+        acc = _v2h_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, NUM_STAGES,
+                          SCALE_PREFETCH, DOT_BF16, LAYOUT, LANES == 1)  # fmt: skip
+        acc *= 1.0 / ACT_SCALE
+    else:
+        acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
+                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
 
     col = pid_n * R + tl.arange(0, R)
     col_ok = col < H
@@ -2983,26 +3168,28 @@ def moe_mxfp4_grouped_v2(
     x = x.contiguous()
     if num_tokens == 0:
         return torch.empty_like(x)
-    sync, swap = _v2_sync_order(block_m), _v2_act_swap(block_m)
-    x_layout = "v2_sync" if sync else ("v2_swap" if swap else "v2")
-    ids, route_w, x_v2, _ = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
+    half = _v2_fp16(block_m, gu, dn) and math.isfinite(swiglu_limit) and swiglu_limit > 0
+    sync, swap = _v2_sync_order(block_m) and not half, _v2_act_swap(block_m) and not half
+    x_layout = "v2_fp16" if half else ("v2_sync" if sync else ("v2_swap" if swap else "v2"))
+    ids, route_w, x_v2, x_unscale = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
     from gossamer.kernels.moe_grouped_gemv import expert_schedule, slot_sum
 
     sorted_pairs, counts, offsets, tile_ends = expert_schedule(ids, num_experts, block_m)
     max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
     dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
-    act_dtype = torch.bfloat16 if dot_bf16 else torch.float32
+    act_dtype = (torch.float16 if half else torch.bfloat16) if dot_bf16 else torch.float32
+    act_scale = 2.0 ** act_exponent(swiglu_limit) if half else 1.0
     act_width = _v2_padded(inter, dn["GROUPS_PER_STEP"])
     act = torch.empty(num_pairs, act_width, dtype=act_dtype, device=x.device)  # sorted order
     lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
               "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
-              "SYNC": sync, "SWAP": swap}  # fmt: skip
+              "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
     _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](
-        x_v2, *schedule, experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales,
+        x_v2, x_unscale if half else route_w, *schedule, experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales,
         experts.gate_up_bias.contiguous(), act, float(swiglu_limit), float(swiglu_alpha), 1,
         H=hidden, INTER=inter, TOP_K=top_k, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
         X_WIDTH=x_v2.shape[1], ACT_WIDTH=act_width, NW=gu["num_warps"], **common, **gu,

@@ -490,6 +490,45 @@ def test_grouped_v2_words_group_major(moe, monkeypatch, hidden, inter, tokens, c
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+# (hidden, intermediate, tokens, scale prefetch): only a partial step; a full step and a partial
+# one; whole steps
+V2_FP16_CASES = [(96, 64, 17, 0), (288, 160, 9, 1), (288, 160, 9, 0), (512, 256, 5, 1)]
+
+
+@pytest.mark.parametrize("hidden,inter,tokens,prefetch", V2_FP16_CASES)
+def test_grouped_v2_fp16_operands(moe, monkeypatch, hidden, inter, tokens, prefetch):
+    """V2_FP16: tiles of 8 rows with one dot per scale group in the group-major order, x scaled
+    per token and the activations by 2^act_exponent (fp32 here, so the comparison is exact)."""
+    monkeypatch.setattr(moe, "V2_FP16", True)
+    configs = _v2_configs(GROUPS_PER_STEP=moe.V2_FP16_GROUPS, SCALE_PREFETCH=prefetch)
+    assert moe._v2_fp16(8, configs["gate_up_config"], configs["down_config"])
+    assert not moe._v2_fp16(16, configs["gate_up_config"], configs["down_config"])
+    experts = _experts(8, hidden, inter, seed=110 + hidden)
+    x, logits = _inputs(tokens, hidden, 8, seed=111 + tokens)
+    x[0] *= 1e4  # a large token and a small one: the per-token scales differ
+    x[1] *= 1e-4
+    reference = _reference(x, logits, experts, 2)
+    out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **configs)
+    assert _relative_error(out, reference) < 1e-5
+    repacked = _fp16_lanes(experts)  # the loader's GPU layout
+    out = moe.moe_mxfp4_grouped_v2(x, logits, repacked, 2, LIMIT, ALPHA, block_m=8, **configs)
+    assert _relative_error(out, reference) < 1e-5
+
+
+def test_v2_fp16_route_layout(moe):
+    """X_LAYOUT 7: x * 2^e_t in _v2h_position order, 2^-e_t beside it."""
+    x = torch.randn(3, 96, device=DEVICE) * torch.tensor([[1.0], [300.0], [1e-3]], device=DEVICE)
+    logits = torch.randn(3, 8, device=DEVICE)
+    _, _, x_out, x_unscale = moe._route(logits, 2, x, "v2_fp16", 8)
+    k = torch.arange(96)
+    e = k % 32
+    position = k - e + 16 * ((e % 4) // 2) + 4 * (e // 8) + 2 * (e % 2) + (e % 8) // 4
+    assert sorted(position.tolist()) == list(range(96))
+    torch.testing.assert_close(x_out[:, position] * x_unscale[:, None], x, rtol=0, atol=0)
+    amax = (x_out[:, :96].abs().amax(dim=1)).cpu()
+    assert ((amax >= 2**14) & (amax < 2**15)).all()
+
+
 def test_grouped_v2_crowded_and_empty_experts(moe):
     """Every token on experts 5 and 2 (17 pairs each: two M-tiles of 16, the second with one row);
     six experts without tokens."""
@@ -847,6 +886,24 @@ def test_gpu_120b_grouped_v2_act_swap(experts_120b, monkeypatch, tokens):
     monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", True)
     x, logits = _inputs_120b(tokens, seed=420 + tokens)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    for experts in (experts_120b, _fp16_lanes(experts_120b)):
+        out = moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K_120B, LIMIT, ALPHA,
+                                             block_m=8)  # fmt: skip
+        _assert_close_120b(out, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [16, 64])
+def test_gpu_120b_grouped_v2_fp16_operands(experts_120b, monkeypatch, tokens):
+    """V2_FP16 (tiles of 8 rows with fp16 operands and one dot per scale group) on bf16 inputs:
+    x and the activations rounded to fp16 instead of bf16, the default tile, both word layouts."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(moe_mxfp4, "V2_FP16", True)
+    x, logits = _inputs_120b(tokens, seed=440 + tokens)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    gate_up, down = moe_mxfp4.v2_configs(8)
+    assert moe_mxfp4._v2_fp16(8, gate_up, down)
     for experts in (experts_120b, _fp16_lanes(experts_120b)):
         out = moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K_120B, LIMIT, ALPHA,
                                              block_m=8)  # fmt: skip
