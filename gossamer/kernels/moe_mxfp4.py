@@ -2841,8 +2841,16 @@ def _v2_matmul(
 # dot: K positions are group-major (`_v2h_position`), and in each group a thread's word feeds the
 # mma.sync operand registers as Triton 3.6 lays them out (runs of 4 K positions a thread). The
 # activations are fp16 scaled by a power of two: x per token (as the GEMV's), SwiGLU outputs by
-# 2^act_exponent. Offline (sm_90 SASS, triton 3.6, `benchmarks/fp8_operand_sass.py --fp16`):
-# 331 instructions a loop of 128 weights against v2's 447 at 8 rows.
+# 2^act_exponent. Offline (sm_90 SASS, triton 3.6, `benchmarks/sass_counts.py`): 381 / 364
+# instructions a loop of 128 weights (gate_up / down; 356 / 353 without the scale prefetch)
+# against v2's 447 / 454 at 8 rows, and ncu counted 20% fewer. But it ran 70% slower (H100,
+# session 28: one 120b layer at 64 tokens 1,040-1,064 us against 621-624; C=64 1,483 against
+# 2,244 tok/s), bound on shared memory (mio_throttle 7.0 and short_scoreboard 4.5 cycles an
+# issue): its [R, 8 groups, 4 words] tile puts a warp's 8 rows 128 bytes apart (8-way conflicts
+# on the words' four-byte loads), and the activations arrive as 8 four-byte async copies a step
+# per group; shared-memory wavefronts doubled (ncu: loads 41.9M -> 69.4M, async-copy writes
+# 23.6M -> 70.2M a gate_up launch). Off until its tiles are laid out like v2's
+# (GOSSAMER_V2_FP16=1).
 V2_FP16 = os.environ.get("GOSSAMER_V2_FP16", "0") == "1"
 V2_FP16_GROUPS = 8  # the fp16 step splits into exactly this many group dots
 _V2H_GROUPS = tl.constexpr(V2_FP16_GROUPS)
