@@ -2849,7 +2849,8 @@ def _v2_matmul(
 # issue): its [R, 8 groups, 4 words] tile puts a warp's 8 rows 128 bytes apart (8-way conflicts
 # on the words' four-byte loads), and the activations arrive as 8 four-byte async copies a step
 # per group; shared-memory wavefronts doubled (ncu: loads 41.9M -> 69.4M, async-copy writes
-# 23.6M -> 70.2M a gate_up launch). Off until its tiles are laid out like v2's
+# 23.6M -> 70.2M a gate_up launch). Since, the words load as v2's tile (`_v2_words`: rows 64
+# bytes apart, read by ldmatrix; offline 372 / 362 without the prefetch). Off
 # (GOSSAMER_V2_FP16=1).
 V2_FP16 = os.environ.get("GOSSAMER_V2_FP16", "0") == "1"
 V2_FP16_GROUPS = 8  # the fp16 step splits into exactly this many group dots
@@ -2941,16 +2942,12 @@ def _v2h_scales(s_ptr, rows, g0, scale_step, G: tl.constexpr):
 @triton.jit
 def _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G: tl.constexpr, MASKED: tl.constexpr,
               DOT16: tl.constexpr, LAYOUT: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
-    """acc [R, M] += the 8 group dots of groups g0 .. g0 + 8 (rows [R]: packed rows)."""
-    group = g0 + tl.arange(0, _V2H_GROUPS)
-    word_ptrs = w_ptr + rows[:, None, None] * (G * 4) + group[None, :, None] * 4
-    word_ptrs += tl.arange(0, 4)[None, None, :]  # [R, 8 groups, 4 words]: 16-byte runs
-    if MASKED:
-        words = tl.load(word_ptrs, mask=(group < G)[None, :, None], other=0)
-    else:
-        words = tl.load(word_ptrs)
-    w0, w1, w2, w3, w4, w5, w6, w7 = _split8(tl.permute(words, (0, 2, 1)))
-    s0, s1, s2, s3, s4, s5, s6, s7 = _split8(tl.reshape(_e8m0_scale(scales), (rows.shape[0], 1, 8)))
+    """acc [R, M] += the 8 group dots of groups g0 .. g0 + 8 (rows [REP, 2, NW, 8]: packed
+    rows; the words load as v2's, scales [R, 8] in the accumulator's row order)."""
+    words = _v2_words(w_ptr, rows, g0, G, _V2H_GROUPS, MASKED)  # [R, GH, GL, word]: v2's tile
+    words = tl.reshape(tl.permute(words, (0, 3, 1, 2)), (words.shape[0], 4, _V2H_GROUPS))
+    w0, w1, w2, w3, w4, w5, w6, w7 = _split8(words)
+    s0, s1, s2, s3, s4, s5, s6, s7 = _split8(tl.reshape(_e8m0_scale(scales), (words.shape[0], 1, 8)))
     acc = _v2h_group(acc, w0, s0, x_ptrs, g0, G, MASKED, DOT16, LAYOUT, PTX)
     acc = _v2h_group(acc, w1, s1, x_ptrs, g0 + 1, G, MASKED, DOT16, LAYOUT, PTX)
     acc = _v2h_group(acc, w2, s2, x_ptrs, g0 + 2, G, MASKED, DOT16, LAYOUT, PTX)
@@ -2971,22 +2968,22 @@ def _v2h_matmul(x_ptrs, w_ptr, s_ptr, rows, scale_step, K: tl.constexpr, NUM_STA
     GB: tl.constexpr = _V2H_GROUPS
     G_FULL: tl.constexpr = G // GB * GB
     R: tl.constexpr = rows.shape[0] * rows.shape[2] * 16
-    rows = tl.reshape(tl.permute(rows, (0, 2, 1, 3)), (R,))  # the accumulator's row order
+    flat_rows = tl.reshape(tl.permute(rows, (0, 2, 1, 3)), (R,))  # the accumulator's row order
     acc = tl.zeros([R, x_ptrs.shape[0]], tl.float32)
     if SCALE_PREFETCH:
-        next_scales = _v2h_scales(s_ptr, rows, 0, scale_step, G)
+        next_scales = _v2h_scales(s_ptr, flat_rows, 0, scale_step, G)
     for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
         if SCALE_PREFETCH:
             scales = next_scales
-            next_scales = _v2h_scales(s_ptr, rows, g0 + GB, scale_step, G)
+            next_scales = _v2h_scales(s_ptr, flat_rows, g0 + GB, scale_step, G)
         else:
-            scales = _v2h_scales(s_ptr, rows, g0, scale_step, G)
+            scales = _v2h_scales(s_ptr, flat_rows, g0, scale_step, G)
         acc = _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G, False, DOT16, LAYOUT, PTX)
     if G_FULL < G:
         if SCALE_PREFETCH:
             scales = next_scales
         else:
-            scales = _v2h_scales(s_ptr, rows, G_FULL, scale_step, G)
+            scales = _v2h_scales(s_ptr, flat_rows, G_FULL, scale_step, G)
         acc = _v2h_step(acc, x_ptrs, w_ptr, scales, rows, G_FULL, G, True, DOT16, LAYOUT, PTX)
     return acc
 
