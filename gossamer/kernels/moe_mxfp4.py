@@ -2947,7 +2947,8 @@ def _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G: tl.constexpr, MASKED: tl.
     words = _v2_words(w_ptr, rows, g0, G, _V2H_GROUPS, MASKED)  # [R, GH, GL, word]: v2's tile
     words = tl.reshape(tl.permute(words, (0, 3, 1, 2)), (words.shape[0], 4, _V2H_GROUPS))
     w0, w1, w2, w3, w4, w5, w6, w7 = _split8(words)
-    s0, s1, s2, s3, s4, s5, s6, s7 = _split8(tl.reshape(_e8m0_scale(scales), (words.shape[0], 1, 8)))
+    scales = tl.reshape(_e8m0_scale(scales), (words.shape[0], 1, _V2H_GROUPS))
+    s0, s1, s2, s3, s4, s5, s6, s7 = _split8(scales)
     acc = _v2h_group(acc, w0, s0, x_ptrs, g0, G, MASKED, DOT16, LAYOUT, PTX)
     acc = _v2h_group(acc, w1, s1, x_ptrs, g0 + 1, G, MASKED, DOT16, LAYOUT, PTX)
     acc = _v2h_group(acc, w2, s2, x_ptrs, g0 + 2, G, MASKED, DOT16, LAYOUT, PTX)
