@@ -2686,8 +2686,9 @@ def _v2_rows(t, REP: tl.constexpr, NW: tl.constexpr):
 # 8-row gate_up's shared-load wavefronts are conflicts, none from the swizzled activations).
 # Group-major ([.., 4 groups, 8 rows, 4 words]) puts the rows 16 bytes apart: conflicts 20.0M ->
 # 6.7M a launch, but the layer ran 26% slower (780.7 us against 620.0 at 64 tokens, C=64 1,826
-# against 2,208 tok/s; H100, session 28; mio_throttle and barrier stalls appeared). Off, kept for
-# the record (GOSSAMER_V2_WORDS_GROUP_MAJOR=1).
+# against 2,208 tok/s; H100, session 28): the conflicts moved to the async copies' writes, whose
+# lanes Triton gives to the loaded dims in index order. Off, kept for the record
+# (GOSSAMER_V2_WORDS_GROUP_MAJOR=1).
 _V2_WORDS_GROUP_MAJOR = tl.constexpr(os.environ.get("GOSSAMER_V2_WORDS_GROUP_MAJOR", "0") == "1")
 
 
@@ -3195,7 +3196,8 @@ def moe_mxfp4_grouped_v2(
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
     _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](
-        x_v2, x_unscale if half else route_w, *schedule, experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales,
+        x_v2, x_unscale if half else route_w, *schedule,
+        experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales,
         experts.gate_up_bias.contiguous(), act, float(swiglu_limit), float(swiglu_alpha), 1,
         H=hidden, INTER=inter, TOP_K=top_k, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
         X_WIDTH=x_v2.shape[1], ACT_WIDTH=act_width, NW=gu["num_warps"], **common, **gu,
