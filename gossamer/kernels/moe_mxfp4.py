@@ -438,33 +438,24 @@ def _route_kernel(
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             position = _v2_position(k, V2_GROUPS, X_LAYOUT == 5, X_LAYOUT != 4)
             tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
-    elif X_LAYOUT == 7:
-        HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
+    elif ONE_PASS:
+        _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
+    elif X_LAYOUT == 3 or X_LAYOUT == 7:  # x * 2^e_t: the row's max first, then the stores
         amax = 0.0
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(values), axis=0))
         scale = _fp16_row_scale(amax, x_unscale_ptr + token)
+        HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             scaled = (values * scale).to(x_out_ptr.dtype.element_ty)
-            tl.store(x_out_ptr + token * HP + _v2h_position(k), scaled, mask=k < H)
-    elif ONE_PASS:
-        _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
-    elif X_LAYOUT == 3:
-        amax = 0.0
-        for start in tl.static_range(0, H, BLOCK_H):
-            k = start + tl.arange(0, BLOCK_H)
-            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.max(tl.abs(values), axis=0))
-        scale = _fp16_row_scale(amax, x_unscale_ptr + token)
-        for start in tl.static_range(0, H, BLOCK_H):
-            k = start + tl.arange(0, BLOCK_H)
-            values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
-            scaled = (values * scale).to(tl.float16)
-            tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
+            if X_LAYOUT == 7:
+                tl.store(x_out_ptr + token * HP + _v2h_position(k), scaled, mask=k < H)
+            else:
+                tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
 
 
 @triton.jit
