@@ -226,7 +226,8 @@ def main() -> None:
     repacked = {"LAYOUT": moe.LAYOUT_FP16_LANES}
     sync = {"SYNC": True, "SWAP": True}
     half = {"HALF": True, "GROUPS_PER_STEP": moe.V2_FP16_GROUPS}
-    v2_cases = [(8, eight | repacked), (8, eight | repacked | half),
+    v2_cases = [(8, eight | repacked), (8, eight | repacked | {"SYNC": True}),
+                (8, eight | repacked | half),
                 (8, eight | repacked | half | {"NUM_STAGES": 4}),
                 (8, eight | repacked | {"SWAP": True}), (16, repacked),
                 (8, eight), (8, eight | {"NUM_STAGES": 2}), (8, eight | sync),

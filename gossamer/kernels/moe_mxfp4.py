@@ -392,9 +392,10 @@ def _route_kernel(
     x_ptr,  # [T, H] (read unless X_LAYOUT == 0)
     x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
     # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
-    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: the
-    # same in v2's mma.sync order; 6: v2's order stored with SWAP (`_v2_act_swap`); 7: [T, HP]
-    # fp16 (fp32 for fp32 x) scaled as 3, in _v2h_position order (`_v2_fp16`)
+    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: v2's
+    # mma.sync order stored with SWAP; 6: v2's order stored with SWAP (`_v2_act_swap`); 7: [T, HP]
+    # fp16 (fp32 for fp32 x) scaled as 3, in _v2h_position order (`_v2_fp16`); 8: the mma.sync
+    # order (`_v2_sync_order`)
     x_unscale_ptr,  # X_LAYOUT 3 and 7: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
@@ -431,12 +432,13 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
-    elif X_LAYOUT == 4 or X_LAYOUT == 5 or X_LAYOUT == 6:
+    elif X_LAYOUT == 4 or X_LAYOUT == 5 or X_LAYOUT == 6 or X_LAYOUT == 8:
         HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
-            position = _v2_position(k, V2_GROUPS, X_LAYOUT == 5, X_LAYOUT != 4)
+            sync: tl.constexpr = X_LAYOUT == 5 or X_LAYOUT == 8
+            position = _v2_position(k, V2_GROUPS, sync, X_LAYOUT == 5 or X_LAYOUT == 6)
             tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
     elif ONE_PASS:
         _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
@@ -584,8 +586,11 @@ def route_fp16(
     return _route(router_logits, top_k, x, "fp16")
 
 
-_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5, "v2_swap": 6,
-              "v2_fp16": 7}  # fmt: skip
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync_swap": 5, "v2_swap": 6,
+              "v2_fp16": 7, "v2_sync": 8}  # fmt: skip
+# v2's activation layouts by (SYNC, SWAP): `_v2_sync_order`, `_v2_act_swap`
+_V2_X_LAYOUTS = {(False, False): "v2", (True, True): "v2_sync_swap", (False, True): "v2_swap",
+                 (True, False): "v2_sync"}  # fmt: skip
 
 
 def _route(
@@ -606,7 +611,7 @@ def _route(
     elif x is not None and x_layout == "fp16":
         x_out = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
         x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
-    elif x is not None and x_layout in ("v2", "v2_sync", "v2_swap"):  # last step's holes: unread
+    elif x is not None and x_layout in _V2_X_LAYOUTS.values():  # last step's holes: unread
         x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=x.dtype, device=device)
     elif x is not None and x_layout == "v2_fp16":  # fp16 for the tensor cores, fp32 stays exact
         dtype = torch.float16 if x.dtype == torch.bfloat16 else x.dtype
@@ -2522,10 +2527,14 @@ def v2_configs(block_m: int) -> tuple[dict, dict]:
 # thread, not wgmma's 2, so in the order above a thread's words come from two scale groups: its
 # words reach registers as 8 four-byte shared-memory loads a step and its scales through shuffles
 # (benchmarks/sass_counts.py). The mma.sync order (`_v2_position`'s SYNC) puts a thread's 4 K
-# positions of each 16 in one group, its 4 words: a 16-byte run; its activations are stored with
-# two position bits swapped, so that each mma.sync's B registers are one 8-byte load (no moves).
-# Offline: 249 -> 224 instructions a loop (gate_up), 250 -> 227 (down). Off until measured
-# (GOSSAMER_V2_SYNC_ORDER=1; sass_counts.py prints both).
+# positions of each 16 in one group, its 4 words: a 16-byte run, one LDS.128 (a quarter warp's
+# 8 lanes read 2 rows' 64 bytes each: no bank conflicts, where v2's order loses half its
+# shared-load wavefronts to them, ncu session 28), and no scale shuffles. Timed until session 28
+# only with the activation swap below (V2_ACT_SWAP), which costs the activations' tile its
+# swizzle, and slower (session 21: 758.9 against 735.4 us a layer; session 27: 632 against 617).
+# Alone, offline (sm_90, triton 3.6, the repacked words, 8 groups a step): 447 -> 409
+# instructions a loop (gate_up), 454 -> 421 (down), the activations' tile still swizzled.
+# Off until measured (GOSSAMER_V2_SYNC_ORDER=1; with GOSSAMER_V2_ACT_SWAP=1 too: session 27's).
 V2_SYNC_ORDER = os.environ.get("GOSSAMER_V2_SYNC_ORDER", "0") == "1"
 
 
@@ -2546,15 +2555,15 @@ def _v2_sync_order(block_m: int) -> bool:
 # registers after the load, the activations are no longer a dot operand when Triton picks their
 # shared-memory layout, and the tile loses its swizzle (vec 16, maxPhase 4 -> vec 1, maxPhase
 # 1): 8 token rows 512 bytes apart then load from the same banks. The mma.sync order's
-# activations take the same permute and lose the swizzle too. Off (GOSSAMER_V2_ACT_SWAP=1); the
-# mma.sync order always swaps.
+# activations take the same permute and lose the swizzle too. Off (GOSSAMER_V2_ACT_SWAP=1), in
+# v2's order or the mma.sync one.
 V2_ACT_SWAP = os.environ.get("GOSSAMER_V2_ACT_SWAP", "0") == "1"
 
 
 def _v2_act_swap(block_m: int) -> bool:
     """Whether v2 tiles of block_m rows read activations stored with position bits 1 and 4
-    swapped (the mma.sync order, or V2_ACT_SWAP below 16 rows)."""
-    return _v2_sync_order(block_m) or (V2_ACT_SWAP and block_m < 16)
+    swapped (V2_ACT_SWAP below 16 rows)."""
+    return V2_ACT_SWAP and block_m < 16
 
 
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
@@ -2575,8 +2584,8 @@ _V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX
 @triton.jit
 def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False, SWAP: tl.constexpr = False):
     """Position of element k of a row in the v2 order of steps of GB scale groups (SYNC: the
-    mma.sync order, see `_v2_sync_order`), as stored: with SWAP (`_v2_act_swap`; always with
-    SYNC) bits 1 and 4 swapped, which `_v2_unswap_activations` swaps back after the load."""
+    mma.sync order, see `_v2_sync_order`), as stored: with SWAP (`_v2_act_swap`) bits 1 and 4
+    swapped, which `_v2_unswap_activations` swaps back after the load."""
     BK: tl.constexpr = GB * 32
     e = k % BK
     group = e // 32
@@ -3024,7 +3033,7 @@ def _v2_gate_up_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
-    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`; SYNC too)
+    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`)
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): x scaled per token, _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations are stored times this (2^act_exponent)
 ):
@@ -3099,7 +3108,7 @@ def _v2_down_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
-    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`; SYNC too)
+    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`)
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): act in _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations as stored are times this
 ):
@@ -3168,7 +3177,7 @@ def moe_mxfp4_grouped_v2(
         return torch.empty_like(x)
     half = _v2_fp16(block_m, gu, dn) and math.isfinite(swiglu_limit) and swiglu_limit > 0
     sync, swap = _v2_sync_order(block_m) and not half, _v2_act_swap(block_m) and not half
-    x_layout = "v2_fp16" if half else ("v2_sync" if sync else ("v2_swap" if swap else "v2"))
+    x_layout = "v2_fp16" if half else _V2_X_LAYOUTS[sync, swap]
     ids, route_w, x_v2, x_unscale = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
     from gossamer.kernels.moe_grouped_gemv import expert_schedule, slot_sum

@@ -447,12 +447,16 @@ V2_8_ROW_CASES = [
 ]
 
 
+@pytest.mark.parametrize("swap", [False, True])
 @pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
-def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes):
+def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes, swap):
     """V2_SYNC_ORDER: tiles of 8 rows (mma.sync on the GPU) in their own K order, the
-    activations routed and the gate_up outputs stored in it too."""
+    activations routed and the gate_up outputs stored in it too (with V2_ACT_SWAP: stored with
+    bits 1 and 4 swapped, swapped back in the kernels)."""
     monkeypatch.setattr(moe, "V2_SYNC_ORDER", True)
+    monkeypatch.setattr(moe, "V2_ACT_SWAP", swap)
     assert moe._v2_sync_order(8) and not moe._v2_sync_order(16)
+    assert moe._v2_act_swap(8) == swap
     experts = _experts(8, hidden, inter, seed=50 + hidden)
     x, logits = _inputs(tokens, hidden, 8, seed=51 + tokens)
     out = moe.moe_mxfp4_grouped_v2(
@@ -560,11 +564,25 @@ def test_v2_route_layout(moe, groups):
 @pytest.mark.parametrize("groups", [4, 8])
 def test_v2_sync_route_layout(moe, groups):
     """route's "v2_sync" layout (v2 tiles of 8 rows with V2_SYNC_ORDER): element
+    32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi % 2) + 4 GL + 16 (wi // 2) + 32 (j % 2)
+    + 64 (j // 2) + 128 GH."""
+    hidden = 32 * groups * 2
+    x, logits = _inputs(3, hidden, 4, seed=68)
+    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync", groups)
+    # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
+    steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
+    expected = steps.permute(0, 1, 2, 7, 8, 4, 3, 5, 6).reshape(3, hidden)
+    assert torch.equal(x_v2, expected)
+
+
+@pytest.mark.parametrize("groups", [4, 8])
+def test_v2_sync_swap_route_layout(moe, groups):
+    """route's "v2_sync_swap" layout (V2_SYNC_ORDER with V2_ACT_SWAP): element
     32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi // 2) + 4 GL + 16 (wi % 2) + 32 (j % 2)
     + 64 (j // 2) + 128 GH (the kernels swap bits 1 and 4 back for the K order of the weights)."""
     hidden = 32 * groups * 2
     x, logits = _inputs(3, hidden, 4, seed=69)
-    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync", groups)
+    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync_swap", groups)
     # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
     steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
     expected = steps.permute(0, 1, 2, 7, 8, 5, 3, 4, 6).reshape(3, hidden)
@@ -860,15 +878,18 @@ def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [16, 64])
 def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
-    """V2_SYNC_ORDER (tiles of 8 rows in the mma.sync K order), with 2 and 3 pipeline stages."""
+    """V2_SYNC_ORDER (tiles of 8 rows in the mma.sync K order), with 2 and 3 pipeline stages,
+    without and with V2_ACT_SWAP; the last pass on the repacked words as the loader leaves them."""
     from gossamer.kernels import moe_mxfp4
 
     monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", True)
     x, logits = _inputs_120b(tokens, seed=410 + tokens)
-    args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
     gate_up, down = moe_mxfp4.v2_configs(8)  # the defaults' tile at 8 rows
-    for stages in (2, 3):
+    for stages, swap, experts in ((2, False, experts_120b), (3, True, experts_120b),
+                                  (3, False, _fp16_lanes(experts_120b))):  # fmt: skip
+        monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", swap)
+        args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
         configs = {
             "gate_up_config": gate_up | {"NUM_STAGES": stages},
             "down_config": down | {"NUM_STAGES": stages},
