@@ -561,32 +561,26 @@ def test_v2_route_layout(moe, groups):
     assert padded.shape == (3, 32 * groups)
 
 
-@pytest.mark.parametrize("groups", [4, 8])
-def test_v2_sync_route_layout(moe, groups):
-    """route's "v2_sync" layout (v2 tiles of 8 rows with V2_SYNC_ORDER): element
-    32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi % 2) + 4 GL + 16 (wi // 2) + 32 (j % 2)
-    + 64 (j // 2) + 128 GH."""
-    hidden = 32 * groups * 2
-    x, logits = _inputs(3, hidden, 4, seed=68)
-    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync", groups)
-    # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
-    steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
-    expected = steps.permute(0, 1, 2, 7, 8, 4, 3, 5, 6).reshape(3, hidden)
-    assert torch.equal(x_v2, expected)
+# route's mma.sync layouts: element 32 (4 GH + GL) + 8 wi + 4h + j of a step, viewed as
+# [GH, GL, wi // 2, wi % 2, h, j // 2, j % 2], is stored in the order of these dims (outer first)
+SYNC_ROUTE_LAYOUTS = {
+    # "v2_sync" (V2_SYNC_ORDER): h + 2 (wi % 2) + 4 GL + 16 (wi // 2) + 32 (j % 2) + 64 (j // 2)
+    "v2_sync": (0, 5, 6, 2, 1, 3, 4),
+    # "v2_sync_swap" (with V2_ACT_SWAP): bits 1 and 4 of that swapped, which the kernels swap back
+    "v2_sync_swap": (0, 5, 6, 3, 1, 2, 4),
+}
 
 
+@pytest.mark.parametrize("layout", sorted(SYNC_ROUTE_LAYOUTS))
 @pytest.mark.parametrize("groups", [4, 8])
-def test_v2_sync_swap_route_layout(moe, groups):
-    """route's "v2_sync_swap" layout (V2_SYNC_ORDER with V2_ACT_SWAP): element
-    32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi // 2) + 4 GL + 16 (wi % 2) + 32 (j % 2)
-    + 64 (j // 2) + 128 GH (the kernels swap bits 1 and 4 back for the K order of the weights)."""
+def test_v2_sync_route_layouts(moe, groups, layout):
+    """route's layouts for v2 tiles of 8 rows in the mma.sync K order (SYNC_ROUTE_LAYOUTS)."""
     hidden = 32 * groups * 2
-    x, logits = _inputs(3, hidden, 4, seed=69)
-    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_sync_swap", groups)
-    # [t, step, GH, GL, wi // 2, wi % 2, h, j // 2, j % 2]
-    steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)
-    expected = steps.permute(0, 1, 2, 7, 8, 5, 3, 4, 6).reshape(3, hidden)
-    assert torch.equal(x_v2, expected)
+    x, logits = _inputs(3, hidden, 4, seed=68 + groups)
+    _, _, x_v2, _ = moe._route(logits, 2, x, layout, groups)
+    steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)  # [t, step, GH, GL, ...]
+    order = (0, 1) + tuple(2 + d for d in SYNC_ROUTE_LAYOUTS[layout])
+    assert torch.equal(x_v2, steps.permute(order).reshape(3, hidden))
 
 
 @pytest.mark.parametrize("groups", [4, 8])
