@@ -434,11 +434,12 @@ def _route_kernel(
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
     elif X_LAYOUT == 4 or X_LAYOUT == 5 or X_LAYOUT == 6 or X_LAYOUT == 8:
         HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
+        SYNC: tl.constexpr = X_LAYOUT == 5 or X_LAYOUT == 8  # outside the loop: unrolled, a
+        SWAP: tl.constexpr = X_LAYOUT == 5 or X_LAYOUT == 6  # constexpr would be reassigned
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
-            sync: tl.constexpr = X_LAYOUT == 5 or X_LAYOUT == 8
-            position = _v2_position(k, V2_GROUPS, sync, X_LAYOUT == 5 or X_LAYOUT == 6)
+            position = _v2_position(k, V2_GROUPS, SYNC, SWAP)
             tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
     elif ONE_PASS:
         _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
