@@ -1,0 +1,49 @@
+"""The kernels compiled for the GPU (sm_90) on this CPU machine, in a process of their own.
+
+TRITON_INTERPRET, which runs the other CPU tests, skips the compiler's checks: in session 29 a
+`tl.constexpr` assigned inside a `tl.static_range` loop (reassigned once unrolled) passed every
+CPU test and broke the route kernel, and with it every v2 MoE layer, on the GPU. Triton compiles
+for an sm_90 target without a GPU (`benchmarks/sass_counts.py`), which catches that class.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gossamer.testing import REPO_ROOT
+
+# Run in a fresh interpreter: this process imported Triton in interpreter mode (conftest.py), whose
+# jit functions the compiler cannot take.
+COMPILE_SCRIPT = """
+import sass_counts as sc
+from gossamer.kernels import moe_mxfp4 as moe
+
+ROUTE_ARGS = dict(logits_ptr="*bf16", ids_ptr="*i32", weights_ptr="*fp32", x_ptr="*bf16",
+                  x_out_ptr="*bf16", x_unscale_ptr="*fp32", logits_row_stride="i32")
+for name, code in moe._X_LAYOUTS.items():
+    out = "*fp16" if name in ("fp16", "v2_fp16") else ("*fp32" if name == "planes" else "*bf16")
+    sc.compile_sm90(moe._route_kernel, ROUTE_ARGS | dict(x_out_ptr=out),
+                    dict(E=128, E_P2=128, TOP_K=4, K_P2=4, H=2880, X_LAYOUT=code, BLOCK_H=1024,
+                         V2_GROUPS=8), 4)
+    print("route", name)  # one line each, read by the test
+eight = moe.V2_TILE_CHANGES[8] | {"LAYOUT": moe.LAYOUT_FP16_LANES}
+for changes in ({}, {"SYNC": True}):
+    gate_up, down = (config | eight | changes for config in moe.v2_configs(8))
+    sc.v2_kernels(8, gate_up, down)
+    print("v2-kernels", "SYNC" if changes else "default")
+"""
+
+
+def test_route_and_v2_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "benchmarks"), str(REPO_ROOT)])
+    done = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"compile for sm_90 failed:\n{done.stderr[-3000:]}")
+    compiled = done.stdout.split()
+    assert compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 2
