@@ -46,4 +46,6 @@ def test_route_and_v2_kernels_compile_for_sm90():
     if done.returncode != 0:
         pytest.fail(f"compile for sm_90 failed:\n{done.stderr[-3000:]}")
     compiled = done.stdout.split()
-    assert compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 2
+    assert (
+        compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 2
+    )
