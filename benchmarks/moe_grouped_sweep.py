@@ -141,6 +141,7 @@ def main() -> None:
     parser.add_argument("--ab-groups", default=str(moe.v2_configs(8)[0]["GROUPS_PER_STEP"]))
     parser.add_argument("--ab-rounds", type=int, default=2)
     parser.add_argument("--ab-prefetch", default="", help="SCALE_PREFETCH values (the tile's)")
+    parser.add_argument("--ab-reps", default="", help="REP values (the tile's)")
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -194,24 +195,30 @@ def block_m_rows(experts, args, bw: float) -> list[dict]:
 def sync_rows(experts, args, bw: float) -> list[dict]:
     """BLOCK_M 8 with its default tile (V2_TILE_CHANGES[8]), the K order of v2 (wgmma's) against
     the mma.sync one (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale
-    shuffles), at each of --ab-stages pipeline stages and --ab-groups scale groups a step; the
-    --ab-rounds rounds interleave the variants."""
+    shuffles), at each of --ab-stages pipeline stages, --ab-groups scale groups a step, and
+    --ab-prefetch and --ab-reps values if given; the --ab-rounds rounds interleave the variants."""
     rows, saved = [], moe.V2_SYNC_ORDER
     prefetches = _ints(args.ab_prefetch) if args.ab_prefetch else [None]  # None: the tile's
+    reps = _ints(args.ab_reps) if args.ab_reps else [None]
     variants = list(itertools.product((bool(o) for o in _ints(args.ab_orders)),
-                                      _ints(args.ab_stages), _ints(args.ab_groups), prefetches))  # fmt: skip
+                                      _ints(args.ab_stages), _ints(args.ab_groups), prefetches,
+                                      reps))  # fmt: skip
     try:
         for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
             for _ in range(args.ab_rounds):
-                for sync, stages, groups, prefetch in variants:
+                for sync, stages, groups, prefetch, rep in variants:
                     moe.V2_SYNC_ORDER = sync
                     change = {"NUM_STAGES": stages, "GROUPS_PER_STEP": groups}
+                    name = f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}"
                     if prefetch is not None:
                         change["SCALE_PREFETCH"] = prefetch
+                        name += f" prefetch={prefetch}"
+                    if rep is not None:
+                        change["REP"] = rep
+                        name += f" rep={rep}"
                     gu, dn = (c | change for c in moe.v2_configs(8))
                     row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
-                    name = f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}"
-                    _print(row, name + ("" if prefetch is None else f" prefetch={prefetch}"))
+                    _print(row, name)
                     rows.append(row)
     finally:
         moe.V2_SYNC_ORDER = saved

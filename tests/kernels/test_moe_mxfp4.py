@@ -444,6 +444,7 @@ V2_8_ROW_CASES = [
     (96, 64, 17, {}),  # only the peeled partial step
     (160, 96, 5, {"SCALE_PREFETCH": 1}),  # a full step and a partial one
     (288, 160, 9, {"GROUPS_PER_STEP": 8, "SCALE_PREFETCH": 1}),  # 2 x 4 groups a step
+    (160, 96, 5, {"REP": 2, "num_warps": 2}),  # two 16-row blocks a warp
 ]
 
 

@@ -31,10 +31,10 @@ for name, code in moe._X_LAYOUTS.items():
                          V2_GROUPS=8), 4)
     print("route", name)  # one line each, read by the test
 eight = moe.V2_TILE_CHANGES[8] | {"LAYOUT": moe.LAYOUT_FP16_LANES}
-for changes in ({}, {"SYNC": True}):
+for changes in ({}, {"SYNC": True}, {"SYNC": True, "REP": 2}):
     gate_up, down = (config | eight | changes for config in moe.v2_configs(8))
     sc.v2_kernels(8, gate_up, down)
-    print("v2-kernels", "SYNC" if changes else "default")
+    print("v2-kernels", changes or "default")
 """
 
 
@@ -47,5 +47,5 @@ def test_route_and_v2_kernels_compile_for_sm90():
         pytest.fail(f"compile for sm_90 failed:\n{done.stderr[-3000:]}")
     compiled = done.stdout.split()
     assert (
-        compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 2
+        compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 3
     )
