@@ -2530,13 +2530,15 @@ def v2_configs(block_m: int) -> tuple[dict, dict]:
 # (benchmarks/sass_counts.py). The mma.sync order (`_v2_position`'s SYNC) puts a thread's 4 K
 # positions of each 16 in one group, its 4 words: a 16-byte run, one LDS.128 (a quarter warp's
 # 8 lanes read 2 rows' 64 bytes each: no bank conflicts, where v2's order loses half its
-# shared-load wavefronts to them, ncu session 28), and no scale shuffles. Timed until session 28
-# only with the activation swap below (V2_ACT_SWAP), which costs the activations' tile its
+# shared-load wavefronts to them, ncu session 28), and no scale shuffles. Until session 28 it was
+# timed only with the activation swap below (V2_ACT_SWAP), which costs the activations' tile its
 # swizzle, and slower (session 21: 758.9 against 735.4 us a layer; session 27: 632 against 617).
-# Alone, offline (sm_90, triton 3.6, the repacked words, 8 groups a step): 447 -> 409
-# instructions a loop (gate_up), 454 -> 421 (down), the activations' tile still swizzled.
-# Off until measured (GOSSAMER_V2_SYNC_ORDER=1; with GOSSAMER_V2_ACT_SWAP=1 too: session 27's).
-V2_SYNC_ORDER = os.environ.get("GOSSAMER_V2_SYNC_ORDER", "0") == "1"
+# Alone (offline, sm_90, triton 3.6, the repacked words, 8 groups a step: 447 -> 409 instructions
+# a loop in gate_up, 454 -> 421 in down; the activations' tile still swizzled) it is faster
+# (H100, session 29): one 120b layer at 64 tokens 596.0-596.8 us against 612.4-613.4
+# (interleaved in one process, -2.7%), C=64 2,356.8 against 2,271.0 output tok/s. On by default
+# (GOSSAMER_V2_SYNC_ORDER=0 for v2's order; GOSSAMER_V2_ACT_SWAP=1 adds the swap).
+V2_SYNC_ORDER = os.environ.get("GOSSAMER_V2_SYNC_ORDER", "1") != "0"
 
 
 def _v2_sync_order(block_m: int) -> bool:

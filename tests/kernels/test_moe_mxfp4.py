@@ -448,15 +448,15 @@ V2_8_ROW_CASES = [
 ]
 
 
-@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("sync,swap", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
-def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes, swap):
-    """V2_SYNC_ORDER: tiles of 8 rows (mma.sync on the GPU) in their own K order, the
-    activations routed and the gate_up outputs stored in it too (with V2_ACT_SWAP: stored with
-    bits 1 and 4 swapped, swapped back in the kernels)."""
-    monkeypatch.setattr(moe, "V2_SYNC_ORDER", True)
+def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes, sync, swap):
+    """V2_SYNC_ORDER (the default): tiles of 8 rows (mma.sync on the GPU) in their own K order,
+    the activations routed and the gate_up outputs stored in it too (with V2_ACT_SWAP: stored
+    with bits 1 and 4 swapped, swapped back in the kernels); and, turned off, in v2's order."""
+    monkeypatch.setattr(moe, "V2_SYNC_ORDER", sync)
     monkeypatch.setattr(moe, "V2_ACT_SWAP", swap)
-    assert moe._v2_sync_order(8) and not moe._v2_sync_order(16)
+    assert moe._v2_sync_order(8) == sync and not moe._v2_sync_order(16)
     assert moe._v2_act_swap(8) == swap
     experts = _experts(8, hidden, inter, seed=50 + hidden)
     x, logits = _inputs(tokens, hidden, 8, seed=51 + tokens)
@@ -471,6 +471,7 @@ def test_grouped_v2_act_swap(moe, monkeypatch, hidden, inter, tokens, changes):
     """V2_ACT_SWAP: tiles of 8 rows in v2's K order, the activations routed and the gate_up
     outputs stored with position bits 1 and 4 swapped, swapped back in the kernels."""
     monkeypatch.setattr(moe, "V2_ACT_SWAP", True)
+    monkeypatch.setattr(moe, "V2_SYNC_ORDER", False)
     assert moe._v2_act_swap(8) and not moe._v2_act_swap(16) and not moe._v2_sync_order(8)
     experts = _experts(8, hidden, inter, seed=70 + hidden)
     x, logits = _inputs(tokens, hidden, 8, seed=71 + tokens)
@@ -873,16 +874,18 @@ def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [16, 64])
 def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
-    """V2_SYNC_ORDER (tiles of 8 rows in the mma.sync K order), with 2 and 3 pipeline stages,
-    without and with V2_ACT_SWAP; the last pass on the repacked words as the loader leaves them."""
+    """V2_SYNC_ORDER (tiles of 8 rows in the mma.sync K order; the default), with 2 and 3
+    pipeline stages, without and with V2_ACT_SWAP, on the repacked words as the loader leaves
+    them; and v2's order (V2_SYNC_ORDER off)."""
     from gossamer.kernels import moe_mxfp4
 
-    monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", True)
     x, logits = _inputs_120b(tokens, seed=410 + tokens)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
     gate_up, down = moe_mxfp4.v2_configs(8)  # the defaults' tile at 8 rows
-    for stages, swap, experts in ((2, False, experts_120b), (3, True, experts_120b),
-                                  (3, False, _fp16_lanes(experts_120b))):  # fmt: skip
+    repacked = _fp16_lanes(experts_120b)
+    for stages, sync, swap, experts in ((2, True, False, experts_120b), (3, True, True, experts_120b),
+                                        (3, True, False, repacked), (3, False, False, repacked)):  # fmt: skip
+        monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", sync)
         monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", swap)
         args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
         configs = {
@@ -900,6 +903,7 @@ def test_gpu_120b_grouped_v2_act_swap(experts_120b, monkeypatch, tokens):
     from gossamer.kernels import moe_mxfp4
 
     monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", True)
+    monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", False)
     x, logits = _inputs_120b(tokens, seed=420 + tokens)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
     for experts in (experts_120b, _fp16_lanes(experts_120b)):
