@@ -2536,7 +2536,8 @@ def v2_configs(block_m: int) -> tuple[dict, dict]:
 # Alone (offline, sm_90, triton 3.6, the repacked words, 8 groups a step: 447 -> 409 instructions
 # a loop in gate_up, 454 -> 421 in down; the activations' tile still swizzled) it is faster
 # (H100, session 29): one 120b layer at 64 tokens 596.0-596.8 us against 612.4-613.4
-# (interleaved in one process, -2.7%), C=64 2,356.8 against 2,271.0 output tok/s. On by default
+# (interleaved in one process, -2.7%), C=64 2,356.8 against 2,271.0 and 2,320.0 against 2,249.3
+# output tok/s (two machines, each order run first once). On by default
 # (GOSSAMER_V2_SYNC_ORDER=0 for v2's order; GOSSAMER_V2_ACT_SWAP=1 adds the swap).
 V2_SYNC_ORDER = os.environ.get("GOSSAMER_V2_SYNC_ORDER", "1") != "0"
 
