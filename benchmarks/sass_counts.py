@@ -218,8 +218,9 @@ def main() -> None:
         return
     grouped_v1(16)
     # BLOCK_M 8 with V2_TILE_CHANGES[8]: v2's tile at 64 tokens of 120b (twice the mean pairs an
-    # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER);
-    # LAYOUT 1: the words as the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES);
+    # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER, the
+    # default since session 29: LAYOUT 1 with SYNC is what the GPU runs); LAYOUT 1: the words as
+    # the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES);
     # SWAP: the activations stored with bits 1 and 4 swapped (moe.V2_ACT_SWAP); HALF: fp16
     # operands, one dot per scale group (moe.V2_FP16)
     eight = moe.V2_TILE_CHANGES[8]

@@ -34,7 +34,7 @@ eight = moe.V2_TILE_CHANGES[8] | {"LAYOUT": moe.LAYOUT_FP16_LANES}
 for changes in ({}, {"SYNC": True}, {"SYNC": True, "REP": 2}):
     gate_up, down = (config | eight | changes for config in moe.v2_configs(8))
     sc.v2_kernels(8, gate_up, down)
-    print("v2-kernels", changes or "default")
+    print("v2-kernels", changes or "v2_order")
 """
 
 
