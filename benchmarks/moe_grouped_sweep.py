@@ -142,6 +142,8 @@ def main() -> None:
     parser.add_argument("--ab-rounds", type=int, default=2)
     parser.add_argument("--ab-prefetch", default="", help="SCALE_PREFETCH values (the tile's)")
     parser.add_argument("--ab-reps", default="", help="REP values (the tile's)")
+    parser.add_argument("--ab-maxnreg", default="",
+                        help="maxnreg launch options (0: none; default: the tile's)")  # fmt: skip
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -192,21 +194,28 @@ def block_m_rows(experts, args, bw: float) -> list[dict]:
     return rows
 
 
+def _with_maxnreg(config: dict, maxnreg: int) -> dict:
+    config = {k: v for k, v in config.items() if k != "maxnreg"}
+    return config | ({"maxnreg": maxnreg} if maxnreg else {})
+
+
 def sync_rows(experts, args, bw: float) -> list[dict]:
     """BLOCK_M 8 with its default tile (V2_TILE_CHANGES[8]), the K order of v2 (wgmma's) against
     the mma.sync one (V2_SYNC_ORDER: 16-byte shared-memory loads of a thread's words, no scale
     shuffles), at each of --ab-stages pipeline stages, --ab-groups scale groups a step, and
-    --ab-prefetch and --ab-reps values if given; the --ab-rounds rounds interleave the variants."""
+    --ab-prefetch, --ab-reps and --ab-maxnreg values if given; the --ab-rounds rounds interleave
+    the variants."""
     rows, saved = [], moe.V2_SYNC_ORDER
     prefetches = _ints(args.ab_prefetch) if args.ab_prefetch else [None]  # None: the tile's
     reps = _ints(args.ab_reps) if args.ab_reps else [None]
+    maxnregs = _ints(args.ab_maxnreg) if args.ab_maxnreg else [None]
     variants = list(itertools.product((bool(o) for o in _ints(args.ab_orders)),
                                       _ints(args.ab_stages), _ints(args.ab_groups), prefetches,
-                                      reps))  # fmt: skip
+                                      reps, maxnregs))  # fmt: skip
     try:
         for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
             for _ in range(args.ab_rounds):
-                for sync, stages, groups, prefetch, rep in variants:
+                for sync, stages, groups, prefetch, rep, maxnreg in variants:
                     moe.V2_SYNC_ORDER = sync
                     change = {"NUM_STAGES": stages, "GROUPS_PER_STEP": groups}
                     name = f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}"
@@ -217,6 +226,9 @@ def sync_rows(experts, args, bw: float) -> list[dict]:
                         change["REP"] = rep
                         name += f" rep={rep}"
                     gu, dn = (c | change for c in moe.v2_configs(8))
+                    if maxnreg is not None:  # 0: ptxas's own choice
+                        gu, dn = (_with_maxnreg(c, maxnreg) for c in (gu, dn))
+                        name += f" maxnreg={maxnreg}"
                     row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
                     _print(row, name)
                     rows.append(row)

@@ -47,7 +47,7 @@ V2_GATE_UP_ARGS = dict(x_unscale_ptr="*fp32", scale_step="i32")
 GROUPED_SHAPES = dict(H=H, INTER=INTER, E=128, E_P2=128, DOT_BF16=True, LANES=moe.LANES_BF16_PTX)
 
 
-def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int):
+def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int, maxnreg: int | None = None):
     # NOTE: constexprs left out would compile as None, not as their defaults (triton 3.6): an
     # `if NUM_STAGES == 0` then takes the other branch. Their defaults are filled in here.
     constexprs = _constexpr_defaults(fn) | constexprs
@@ -57,7 +57,8 @@ def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int):
     full = dict(signature) | {k: "constexpr" for k in constexprs}
     source = ASTSource(fn=fn, signature=full, constexprs=constexprs, attrs=aligned)
     target = GPUTarget("cuda", 90, 32)
-    return triton.compile(source, target=target, options={"num_warps": num_warps})
+    options = {"num_warps": num_warps} | ({"maxnreg": maxnreg} if maxnreg else {})
+    return triton.compile(source, target=target, options=options)
 
 
 def _constexpr_defaults(fn) -> dict:
@@ -158,10 +159,12 @@ def v2_kernels(block_m: int, gu: dict, dn: dict) -> list[tuple[str, object]]:
                            shapes | dict(TOP_K=4, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
                                          X_WIDTH=moe._v2_padded(H, gu["GROUPS_PER_STEP"]),
                                          ACT_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
-                                         NW=gu["num_warps"], **_constexprs(gu)), gu["num_warps"])  # fmt: skip
+                                         NW=gu["num_warps"], **_constexprs(gu)), gu["num_warps"],
+                           gu.get("maxnreg"))  # fmt: skip
     down = compile_sm90(moe._v2_down_kernel, GROUPED_DOWN_ARGS | dict(scale_step="i32") | half,
                         shapes | dict(X_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
-                                      NW=dn["num_warps"], **_constexprs(dn)), dn["num_warps"])  # fmt: skip
+                                      NW=dn["num_warps"], **_constexprs(dn)), dn["num_warps"],
+                        dn.get("maxnreg"))  # fmt: skip
     return [("gate_up", gate_up), ("down", down)]
 
 
@@ -175,7 +178,7 @@ def grouped_v2(block_m: int, changes: dict) -> None:
 
 
 def _constexprs(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k != "num_warps"}
+    return {k: v for k, v in config.items() if k not in ("num_warps", "maxnreg")}  # launch options
 
 
 def main() -> None:
@@ -220,7 +223,8 @@ def main() -> None:
     # BLOCK_M 8 with V2_TILE_CHANGES[8]: v2's tile at 64 tokens of 120b (twice the mean pairs an
     # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER, the
     # default since session 29: LAYOUT 1 with SYNC is what the GPU runs); LAYOUT 1: the words as
-    # the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES);
+    # the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES); maxnreg: registers a thread,
+    # a launch option (moe.V2_TILE_CHANGES);
     # SWAP: the activations stored with bits 1 and 4 swapped (moe.V2_ACT_SWAP); HALF: fp16
     # operands, one dot per scale group (moe.V2_FP16)
     eight = moe.V2_TILE_CHANGES[8]
@@ -228,6 +232,7 @@ def main() -> None:
     sync = {"SYNC": True, "SWAP": True}
     half = {"HALF": True, "GROUPS_PER_STEP": moe.V2_FP16_GROUPS}
     v2_cases = [(8, eight | repacked), (8, eight | repacked | {"SYNC": True}),
+                (8, eight | repacked | {"SYNC": True, "maxnreg": 64}),
                 (8, eight | repacked | half),
                 (8, eight | repacked | half | {"NUM_STAGES": 4}),
                 (8, eight | repacked | {"SWAP": True}), (16, repacked),

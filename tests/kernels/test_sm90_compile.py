@@ -19,6 +19,8 @@ from gossamer.testing import REPO_ROOT
 # Run in a fresh interpreter: this process imported Triton in interpreter mode (conftest.py), whose
 # jit functions the compiler cannot take.
 COMPILE_SCRIPT = """
+import re
+
 import sass_counts as sc
 from gossamer.kernels import moe_mxfp4 as moe
 
@@ -31,9 +33,11 @@ for name, code in moe._X_LAYOUTS.items():
                          V2_GROUPS=8), 4)
     print("route", name)  # one line each, read by the test
 eight = moe.V2_TILE_CHANGES[8] | {"LAYOUT": moe.LAYOUT_FP16_LANES}
-for changes in ({}, {"SYNC": True}, {"SYNC": True, "REP": 2}):
+for changes in ({}, {"SYNC": True}, {"SYNC": True, "REP": 2}, {"SYNC": True, "maxnreg": 64}):
     gate_up, down = (config | eight | changes for config in moe.v2_configs(8))
-    sc.v2_kernels(8, gate_up, down)
+    for _, kernel in sc.v2_kernels(8, gate_up, down):
+        registers = 1 + max(int(r) for r in re.findall(r"\\bR(\\d+)\\b", sc.sass(kernel)))
+        assert registers <= changes.get("maxnreg", 255), (changes, registers)
     print("v2-kernels", changes or "v2_order")
 """
 
@@ -47,5 +51,5 @@ def test_route_and_v2_kernels_compile_for_sm90():
         pytest.fail(f"compile for sm_90 failed:\n{done.stderr[-3000:]}")
     compiled = done.stdout.split()
     assert (
-        compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 3
+        compiled.count("route") >= 8 and "v2_sync" in compiled and compiled.count("v2-kernels") == 4
     )
