@@ -2509,8 +2509,8 @@ V2_MIN_BLOCK_M = 8
 # V2_TALL_MIN_PAIRS = 64 pairs an expert (120b from 2048 tokens in a step, 20b from 512).
 V2_MAX_BLOCK_M = 64
 V2_TALL_MIN_PAIRS = int(os.environ.get("GOSSAMER_V2_TALL_MIN_PAIRS", "64"))
-# Registers a thread for the 8-row tile (ptxas's .maxnreg, a launch option; unset: ptxas picks 88
-# in the mma.sync order, so 5 programs of 4 warps fit an SM). Offline (sm_90, triton 3.6): 80 ->
+# Registers a thread for the 8-row tile (ptxas's .maxnreg, a launch option; unset: 88 in the
+# mma.sync order with triton 3.6, so 5 programs of 4 warps fit an SM). Offline (sm_90): 80 ->
 # 6 programs, 72 -> 7, 64 -> 8 (32 warps against 20), the loop 409 -> 422 / 426 / 430
 # instructions, spills only outside it. The tile issues about half the instructions it could
 # (H100, session 29: 596 us a layer where its ~280M warp instructions need ~270 at full issue),
