@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--ab-reps", default="", help="REP values (the tile's)")
     parser.add_argument("--ab-maxnreg", default="",
                         help="maxnreg launch options (0: none; default: the tile's)")  # fmt: skip
+    parser.add_argument("--ab-padded", default="0",
+                        help="moe_mxfp4.V2_PADDED_SCALES values (scales padded for async copies)")  # fmt: skip
     args = parser.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -205,20 +207,22 @@ def sync_rows(experts, args, bw: float) -> list[dict]:
     shuffles), at each of --ab-stages pipeline stages, --ab-groups scale groups a step, and
     --ab-prefetch, --ab-reps and --ab-maxnreg values if given; the --ab-rounds rounds interleave
     the variants."""
-    rows, saved = [], moe.V2_SYNC_ORDER
+    rows, saved = [], (moe.V2_SYNC_ORDER, moe.V2_PADDED_SCALES)
     prefetches = _ints(args.ab_prefetch) if args.ab_prefetch else [None]  # None: the tile's
     reps = _ints(args.ab_reps) if args.ab_reps else [None]
     maxnregs = _ints(args.ab_maxnreg) if args.ab_maxnreg else [None]
     variants = list(itertools.product((bool(o) for o in _ints(args.ab_orders)),
                                       _ints(args.ab_stages), _ints(args.ab_groups), prefetches,
-                                      reps, maxnregs))  # fmt: skip
+                                      reps, maxnregs, (bool(p) for p in _ints(args.ab_padded))))  # fmt: skip
     try:
         for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
             for _ in range(args.ab_rounds):
-                for sync, stages, groups, prefetch, rep, maxnreg in variants:
-                    moe.V2_SYNC_ORDER = sync
+                for sync, stages, groups, prefetch, rep, maxnreg, padded in variants:
+                    moe.V2_SYNC_ORDER, moe.V2_PADDED_SCALES = sync, padded
                     change = {"NUM_STAGES": stages, "GROUPS_PER_STEP": groups}
                     name = f"BLOCK_M 8 sync={int(sync)} s{stages} g{groups}"
+                    if padded:
+                        name += " padded"
                     if prefetch is not None:
                         change["SCALE_PREFETCH"] = prefetch
                         name += f" prefetch={prefetch}"
@@ -229,11 +233,12 @@ def sync_rows(experts, args, bw: float) -> list[dict]:
                     if maxnreg is not None:  # 0: ptxas's own choice
                         gu, dn = (_with_maxnreg(c, maxnreg) for c in (gu, dn))
                         name += f" maxnreg={maxnreg}"
-                    row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync}
+                    row = time_layer(experts, tokens, gu, dn, bw, 8) | {"sync": sync,
+                                                                         "padded": padded}  # fmt: skip
                     _print(row, name)
                     rows.append(row)
     finally:
-        moe.V2_SYNC_ORDER = saved
+        moe.V2_SYNC_ORDER, moe.V2_PADDED_SCALES = saved
     return rows
 
 

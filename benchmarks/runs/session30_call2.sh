@@ -8,7 +8,7 @@
 # exported as CSV and read on the CPU (`ncu_source.py`).
 # 1. one 120b layer at 64 tokens, today's default (mma.sync order), gate_up and down: report;
 # 2. the source pages as CSV (SASS with stall samples per instruction);
-# 3. the same for maxnreg 64 (8 programs an SM) if time remains.
+
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s30c2; . benchmarks/runs/step.sh
@@ -19,6 +19,3 @@ NCU="ncu --clock-control none --target-processes all --section SourceCounters --
 TAILN=6 step src_default 150 $NCU -k regex:_v2_ -c 2 -o $R/src_default python3 $SW --ab-maxnreg 0
 TAILN=4 step page_default 60 ncu --import $R/src_default.ncu-rep --page source --csv --print-source sass --log-file $R/src_default.csv
 TAILN=30 step table_default 30 python3 benchmarks/ncu_source.py $R/src_default.csv --top 40
-TAILN=6 step src_maxnreg 150 $NCU -k regex:_v2_ -c 2 -o $R/src_maxnreg64 python3 $SW --ab-maxnreg 64
-TAILN=4 step page_maxnreg 60 ncu --import $R/src_maxnreg64.ncu-rep --page source --csv --print-source sass --log-file $R/src_maxnreg64.csv
-TAILN=30 step table_maxnreg 30 python3 benchmarks/ncu_source.py $R/src_maxnreg64.csv --top 40

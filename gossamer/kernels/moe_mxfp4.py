@@ -2759,6 +2759,19 @@ def _v2_scales(
 
 
 @triton.jit
+def _v2_scales_padded(s_ptr, rows, g0, S_ROW: tl.constexpr, GB: tl.constexpr):
+    """`_v2_scales` from scales padded to rows of S_ROW bytes (a multiple of 8; V2_PADDED_SCALES):
+    a row's GB scales of a step are one aligned run that the pipeliner copies asynchronously, no
+    masks (the padding past G is zeros)."""
+    REP: tl.constexpr = rows.shape[0]
+    NW: tl.constexpr = rows.shape[2]
+    gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
+    gl = tl.arange(0, 4)[None, None, None, None, None, :]
+    ptrs = s_ptr + rows[None, :, :, :, :, None] * S_ROW + (g0 + 4 * gh + gl)
+    return _v2_rows(tl.load(ptrs), REP, NW)  # [R, GH, 4]
+
+
+@triton.jit
 def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr,
                     SYNC: tl.constexpr = False):  # fmt: skip
     """words [R, GH, 4, 4] + scales [R, GH, 4] -> [R, GH * 128] weights * 2^-64 in the v2 K order
@@ -2817,17 +2830,21 @@ def _v2_matmul(
     LAYOUT: tl.constexpr,
     SYNC: tl.constexpr,
     SWAP: tl.constexpr,
+    S_ROW: tl.constexpr = 0,
 ):
     """-> fp32 [R, M]: the tile's weight rows times the activations (the accumulator's row order).
 
-    Whole steps run in a pipelined loop without masks; a last partial step runs after it."""
+    Whole steps run in a pipelined loop without masks; a last partial step runs after it.
+    S_ROW > 0: the scales are padded to rows of S_ROW bytes (`_v2_scales_padded`)."""
     G: tl.constexpr = K // 32
     G_FULL: tl.constexpr = G // GB * GB
     acc = tl.zeros([rows.shape[0] * rows.shape[2] * 16, x_ptrs.shape[0]], tl.float32)
-    if SCALE_PREFETCH:  # a register double buffer: the scale loads are not async copies
+    if SCALE_PREFETCH and S_ROW == 0:  # a register double buffer: the loads are not async copies
         next_scales = _v2_scales(s_ptr, rows, 0, scale_step, G, GB, True)
     for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
-        if SCALE_PREFETCH:
+        if S_ROW > 0:
+            scales = _v2_scales_padded(s_ptr, rows, g0, S_ROW, GB)
+        elif SCALE_PREFETCH:
             scales = next_scales
             next_scales = _v2_scales(s_ptr, rows, g0 + GB, scale_step, G, GB, True)
         else:
@@ -2839,7 +2856,9 @@ def _v2_matmul(
             # _V2_ASYNC_MMA_MAX_M); g0 >= 0 always holds, but the compiler cannot fold it
             acc = tl.where(g0 >= 0, acc, 0.0)
     if G_FULL < G:
-        if SCALE_PREFETCH:
+        if S_ROW > 0:
+            scales = _v2_scales_padded(s_ptr, rows, G_FULL, S_ROW, GB)
+        elif SCALE_PREFETCH:
             scales = next_scales
         else:
             scales = _v2_scales(s_ptr, rows, G_FULL, scale_step, G, GB, True)
@@ -3049,6 +3068,7 @@ def _v2_gate_up_kernel(
     SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`)
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): x scaled per token, _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations are stored times this (2^act_exponent)
+    S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -3073,7 +3093,8 @@ def _v2_gate_up_kernel(
         acc *= tl.load(x_unscale_ptr + token)[None, :]
     else:
         acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
-                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
+                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP,
+                         S_ROW)  # fmt: skip
 
     gate, up = tl.split(tl.permute(tl.reshape(acc, (REP, NW, 2, 8, BLOCK_M)), (0, 1, 3, 4, 2)))
     j = pid_n * BP + tl.arange(0, BP)
@@ -3124,6 +3145,7 @@ def _v2_down_kernel(
     SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`)
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): act in _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations as stored are times this
+    S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
 ):
     pid_n = tl.program_id(0)
     expert, row_start, row_end = _expert_tile(
@@ -3147,7 +3169,8 @@ def _v2_down_kernel(
         acc *= 1.0 / ACT_SCALE
     else:
         acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
-                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP)  # fmt: skip
+                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP,
+                         S_ROW)  # fmt: skip
 
     col = pid_n * R + tl.arange(0, R)
     col_ok = col < H
@@ -3159,6 +3182,40 @@ def _v2_down_kernel(
         (acc + bias[:, None]) * route_w[None, :],
         mask=sorted_ok[None, :] & col_ok[:, None],
     )
+
+
+# The scales' one-byte loads into registers (SCALE_PREFETCH: a step ahead, as async copies need 4
+# bytes or more) share ptxas's few scoreboards with the shared-memory loads of the step: the
+# 8-row gate_up's LDS.64 of activations and its LDG.U8 of scales set the same barriers (sm_90
+# SASS control bits, triton 3.6), so a register move that only waits for the activations waits
+# for the global loads too. Nsight Compute's warp sampling (H100, session 30, one 120b layer at 64
+# tokens, `benchmarks/ncu_source.py`): 13.5% of gate_up's samples (12.7% of down's) sit at that
+# one move, waiting on long_scoreboard. Padded to rows of whole steps (a multiple of 8 bytes),
+# a row's scales of a step are one aligned 8-byte run, which the pipeliner copies to shared
+# memory with the words: no global loads left in the loop (offline: 409 -> 407 instructions a
+# loop in gate_up, 421 -> 399 in down). This experiment keeps a padded copy of each layer's
+# scales (made on the first eager call, +7% of the scales' bytes); kept only if it pays
+# (GOSSAMER_V2_PADDED_SCALES=1, moe_grouped_sweep --ab-padded).
+V2_PADDED_SCALES = os.environ.get("GOSSAMER_V2_PADDED_SCALES", "0") == "1"
+# (data_ptr, shape, width) -> (the padded copy, a weak reference to the scales it copies: another
+# tensor at the same address is not them)
+_PADDED_SCALES: dict[tuple, tuple[torch.Tensor, weakref.ref]] = {}
+
+
+def _v2_padded_scales(scales: torch.Tensor, groups_per_step: int) -> tuple[torch.Tensor, int]:
+    """(scales padded with zeros to rows of whole steps, the padded row in bytes); (scales, 0)
+    inside a CUDA graph capture when no copy was made before it."""
+    experts, rows, groups = scales.shape
+    width = triton.cdiv(groups, groups_per_step) * groups_per_step
+    key = (scales.data_ptr(), tuple(scales.shape), width)
+    padded, source = _PADDED_SCALES.get(key, (None, None))
+    if padded is None or source() is not scales:
+        if scales.is_cuda and torch.cuda.is_current_stream_capturing():
+            return scales, 0
+        padded = torch.zeros(experts, rows, width, dtype=scales.dtype, device=scales.device)
+        padded[:, :, :groups] = scales
+        _PADDED_SCALES[key] = (padded, weakref.ref(scales))
+    return padded, width
 
 
 def moe_mxfp4_grouped_v2(
@@ -3207,21 +3264,26 @@ def moe_mxfp4_grouped_v2(
               "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
               "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
+    gu_scales, dn_scales, gu_row, dn_row = experts.gate_up_scales, experts.down_scales, 0, 0
+    if V2_PADDED_SCALES and not half:
+        gu_scales, gu_row = _v2_padded_scales(gu_scales, gu["GROUPS_PER_STEP"])
+        dn_scales, dn_row = _v2_padded_scales(dn_scales, dn["GROUPS_PER_STEP"])
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
     _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](
         x_v2, x_unscale if half else route_w, *schedule,
-        experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales,
+        experts.gate_up_blocks.view(torch.int32), gu_scales,
         experts.gate_up_bias.contiguous(), act, float(swiglu_limit), float(swiglu_alpha), 1,
         H=hidden, INTER=inter, TOP_K=top_k, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
-        X_WIDTH=x_v2.shape[1], ACT_WIDTH=act_width, NW=gu["num_warps"], **common, **gu,
+        X_WIDTH=x_v2.shape[1], ACT_WIDTH=act_width, NW=gu["num_warps"], S_ROW=gu_row, **common,
+        **gu,
     )  # fmt: skip
     y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=x.device)  # by pair index
     cols_per_program = 16 * dn["REP"] * dn["num_warps"]
     _v2_down_kernel[(triton.cdiv(hidden, cols_per_program), max_m_tiles)](
         act, sorted_pairs, route_w, counts, offsets, tile_ends,
-        experts.down_blocks.view(torch.int32), experts.down_scales,
+        experts.down_blocks.view(torch.int32), dn_scales,
         experts.down_bias.contiguous(), y, 1, H=hidden, INTER=inter, X_WIDTH=act_width,
-        NW=dn["num_warps"], **common, **dn,
+        NW=dn["num_warps"], S_ROW=dn_row, **common, **dn,
     )  # fmt: skip
     if not V2_SLOT_SUM:
         return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)

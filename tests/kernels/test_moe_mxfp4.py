@@ -11,6 +11,7 @@ from the same packed weights. GPU tests (`-m gpu`) use gpt-oss-120b shapes in bf
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -466,6 +467,29 @@ def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes,
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+@pytest.mark.parametrize("block_m", [8, 16])
+@pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES[:3])
+def test_grouped_v2_padded_scales(moe, monkeypatch, hidden, inter, tokens, changes, block_m):
+    """V2_PADDED_SCALES: the scales read from a copy padded to rows of whole steps (S_ROW), in
+    the loop for the pipeliner; the copy is made once and not reused for other tensors."""
+    monkeypatch.setattr(moe, "V2_PADDED_SCALES", True)
+    monkeypatch.setattr(moe, "_PADDED_SCALES", {})
+    experts = _experts(8, hidden, inter, seed=70 + hidden)
+    x, logits = _inputs(tokens, hidden, 8, seed=71 + tokens)
+    run = functools.partial(moe.moe_mxfp4_grouped_v2, block_m=block_m, **_v2_configs(**changes))
+    out = run(x, logits, experts, 2, LIMIT, ALPHA)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+    step = (V2_TINY | changes)["GROUPS_PER_STEP"]
+    (padded, _), _ = moe._PADDED_SCALES.values()
+    assert padded.shape[-1] == -(-experts.gate_up_scales.shape[-1] // step) * step
+    assert torch.equal(padded[..., : hidden // 32], experts.gate_up_scales)
+    assert not padded[..., hidden // 32 :].any()
+    rolled = torch.roll(experts.gate_up_scales, 1, dims=0).contiguous()
+    changed = dataclasses.replace(experts, gate_up_scales=rolled)
+    out = run(x, logits, changed, 2, LIMIT, ALPHA)  # other scales: another copy
+    assert _relative_error(out, _reference(x, logits, changed, 2)) < 1e-5
+
+
 @pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
 def test_grouped_v2_act_swap(moe, monkeypatch, hidden, inter, tokens, changes):
     """V2_ACT_SWAP: tiles of 8 rows in v2's K order, the activations routed and the gate_up
@@ -893,6 +917,25 @@ def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
             "down_config": down | {"NUM_STAGES": stages},
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [64, 1024])
+def test_gpu_120b_grouped_v2_padded_scales(experts_120b, monkeypatch, tokens):
+    """V2_PADDED_SCALES (the scales as async copies from a padded copy) on the repacked words, at
+    the tile v2 picks (8 rows at 64 tokens, 32 at 1024), and 8 rows with 4-group steps."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(moe_mxfp4, "V2_PADDED_SCALES", True)
+    x, logits = _inputs_120b(tokens, seed=430 + tokens)
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    repacked = _fp16_lanes(experts_120b)
+    args = (x, logits, repacked, TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args), ref)
+    gate_up, down = (c | {"GROUPS_PER_STEP": 4} for c in moe_mxfp4.v2_configs(8))
+    out = moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, gate_up_config=gate_up,
+                                         down_config=down)  # fmt: skip
+    _assert_close_120b(out, ref)
 
 
 @pytest.mark.gpu
