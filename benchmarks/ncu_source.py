@@ -58,7 +58,9 @@ def _header_columns(row: list[str]) -> tuple[int, int, list[int]] | None:
         total = next((i for i, c in enumerate(lowered) if "sampl" in c and "not" not in c), None)
     if total is None:
         return None
+    # "(Not Issued)" columns repeat a reason's samples in cycles nothing issued: a subset
     reasons = [i for i, c in enumerate(lowered) if i != total and "sampl" not in c
+               and "not issued" not in c
                and ("stall" in c or any(r in c.replace(" ", "_") for r in _REASONS))]  # fmt: skip
     return source, total, reasons
 
