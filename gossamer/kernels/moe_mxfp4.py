@@ -2760,9 +2760,9 @@ def _v2_scales(
 
 @triton.jit
 def _v2_scales_padded(s_ptr, rows, g0, S_ROW: tl.constexpr, GB: tl.constexpr):
-    """`_v2_scales` from scales padded to rows of S_ROW bytes (a multiple of 8; V2_PADDED_SCALES):
-    a row's GB scales of a step are one aligned run that the pipeliner copies asynchronously, no
-    masks (the padding past G is zeros)."""
+    """`_v2_scales` from scales padded to rows of S_ROW bytes (whole steps of GB groups, GB a
+    multiple of 4; V2_PADDED_SCALES): a row's GB scales of a step are one aligned run that the
+    pipeliner copies asynchronously, no masks (the padding past G is zeros)."""
     REP: tl.constexpr = rows.shape[0]
     NW: tl.constexpr = rows.shape[2]
     gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
