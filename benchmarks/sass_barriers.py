@@ -16,14 +16,12 @@ Use triton 3.6 (the GPU image's) for the SASS the GPU runs (see sass_counts.py).
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
-import tempfile
 
 import triton
 
 import benchmarks.sass_counts as sc
+from benchmarks.ncu_source import opcode
 from gossamer.kernels import moe_mxfp4 as moe
 
 _LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]+) \*/")
@@ -46,16 +44,6 @@ def decode(listing: str) -> list[dict]:
     return out
 
 
-def hex_listing(compiled) -> str:
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-        return subprocess.run([nvdisasm, "-c", "-hex", path], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
-
-
 def loop_instructions(listing: str) -> list[dict]:
     """The decoded instructions of the largest loop (as sass_counts.loop_lines finds it)."""
     loop = sc.loop_lines(listing)
@@ -74,14 +62,13 @@ def main() -> None:
         changes |= {"S_ROW": 96}
     gu, dn = moe.GROUPED_V2_GATE_UP | changes, moe.GROUPED_V2_DOWN | changes
     compiled = dict(sc.v2_kernels(8, gu, dn))[args.kernel]
-    loop = loop_instructions(hex_listing(compiled))
+    loop = loop_instructions(sc.sass(compiled, "-hex"))
     print(f"triton {triton.__version__}, sm_90, 8-row v2 {args.kernel}"
           f"{' (padded scales)' if args.padded else ''}: {len(loop)} loop instructions")  # fmt: skip
     by_barrier: dict[int, list[str]] = {}
     for ins in loop:
         if ins["write"] is not None and re.search(r"\bLD", ins["text"]):
-            by_barrier.setdefault(ins["write"], []).append(ins["text"].split()[0 if not
-                                                           ins["text"].startswith("@") else 1])  # fmt: skip
+            by_barrier.setdefault(ins["write"], []).append(opcode(ins["text"]))
     for barrier, loads in sorted(by_barrier.items()):
         kinds = {k: loads.count(k) for k in dict.fromkeys(loads)}
         shared = any(k.startswith("LDS") for k in kinds)

@@ -67,14 +67,15 @@ def _constexpr_defaults(fn) -> dict:
             if p.default is not p.empty and "constexpr" in str(p.annotation)}  # fmt: skip
 
 
-def sass(compiled) -> str:
-    """The compiled kernel's SASS, from nvdisasm (Triton's bundled CUDA tools)."""
+def sass(compiled, *flags: str) -> str:
+    """The compiled kernel's SASS, from nvdisasm (Triton's bundled CUDA tools); flags are extra
+    nvdisasm options (sass_barriers.py: "-hex" for the encodings)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "kernel.cubin")
         with open(path, "wb") as f:
             f.write(compiled.asm["cubin"])
         nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-        return subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True).stdout
+        return subprocess.run([nvdisasm, "-c", *flags, path], capture_output=True, text=True).stdout
 
 
 def loop_lines(text: str) -> list[str]:
