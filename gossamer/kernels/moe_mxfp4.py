@@ -3194,9 +3194,13 @@ def _v2_down_kernel(
 # a row's scales of a step are one aligned 8-byte run, which the pipeliner copies to shared
 # memory with the words: no global loads left in the loop (offline: 409 -> 407 instructions a
 # loop in gate_up, 421 -> 399 in down). This experiment keeps a padded copy of each layer's
-# scales (made on the first eager call, +7% of the scales' bytes); kept only if it pays
-# (GOSSAMER_V2_PADDED_SCALES=1, moe_grouped_sweep --ab-padded).
+# scales (made on the first eager call: a second copy of the scales, ~3.8 GB on 120b;
+# GOSSAMER_V2_PADDED_SCALES=1, moe_grouped_sweep --ab-padded). On an H200 (session 31) one 120b
+# layer at 64 tokens took 514-517 us against 524-534 and the C=64 decode step 0.5-0.6% less, but
+# prefill's tiles were slower with it (1.84 -> 2.07 s at C=64), so only tiles of up to
+# V2_PADDED_MAX_ROWS rows use it. Off: worth it only as scales padded at load time (no copy).
 V2_PADDED_SCALES = os.environ.get("GOSSAMER_V2_PADDED_SCALES", "0") == "1"
+V2_PADDED_MAX_ROWS = 16
 # (data_ptr, shape, width) -> (the padded copy, a weak reference to the scales it copies: another
 # tensor at the same address is not them)
 _PADDED_SCALES: dict[tuple, tuple[torch.Tensor, weakref.ref]] = {}
@@ -3265,7 +3269,7 @@ def moe_mxfp4_grouped_v2(
               "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     gu_scales, dn_scales, gu_row, dn_row = experts.gate_up_scales, experts.down_scales, 0, 0
-    if V2_PADDED_SCALES and not half:
+    if V2_PADDED_SCALES and not half and block_m <= V2_PADDED_MAX_ROWS:
         gu_scales, gu_row = _v2_padded_scales(gu_scales, gu["GROUPS_PER_STEP"])
         dn_scales, dn_row = _v2_padded_scales(dn_scales, dn["GROUPS_PER_STEP"])
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]

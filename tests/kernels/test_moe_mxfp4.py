@@ -490,6 +490,19 @@ def test_grouped_v2_padded_scales(moe, monkeypatch, hidden, inter, tokens, chang
     assert _relative_error(out, _reference(x, logits, changed, 2)) < 1e-5
 
 
+def test_grouped_v2_padded_scales_only_for_decode_tiles(moe, monkeypatch):
+    """Tiles of more rows than V2_PADDED_MAX_ROWS (prefill's) read the scales unpadded: no copy."""
+    monkeypatch.setattr(moe, "V2_PADDED_SCALES", True)
+    monkeypatch.setattr(moe, "_PADDED_SCALES", {})
+    hidden, inter = 64, 64
+    experts = _experts(8, hidden, inter, seed=72)
+    x, logits = _inputs(40, hidden, 8, seed=73)
+    block_m = 2 * moe.V2_PADDED_MAX_ROWS
+    out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, block_m=block_m)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
+    assert not moe._PADDED_SCALES
+
+
 @pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
 def test_grouped_v2_act_swap(moe, monkeypatch, hidden, inter, tokens, changes):
     """V2_ACT_SWAP: tiles of 8 rows in v2's K order, the activations routed and the gate_up
@@ -923,7 +936,8 @@ def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
 @pytest.mark.parametrize("tokens", [64, 1024])
 def test_gpu_120b_grouped_v2_padded_scales(experts_120b, monkeypatch, tokens):
     """V2_PADDED_SCALES (the scales as async copies from a padded copy) on the repacked words, at
-    the tile v2 picks (8 rows at 64 tokens, 32 at 1024), and 8 rows with 4-group steps."""
+    the tile v2 picks (8 rows at 64 tokens; at 1024, 32 rows, which read them unpadded), and 8
+    rows with 4-group steps."""
     from gossamer.kernels import moe_mxfp4
 
     monkeypatch.setattr(moe_mxfp4, "V2_PADDED_SCALES", True)
