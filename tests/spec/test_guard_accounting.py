@@ -31,7 +31,7 @@ def test_the_cycles_add_up_to_the_run(bench):
     # The timed batch goes on with the guard of the warm-up batch, in whatever window wall time
     # left it. With explore_every 1 a kept window lasts at most REPAY_MAX_BACKOFF (32) steps and
     # samples its last PLAIN_TAIL x explore_steps of them, so some of the 39 decode steps are
-    # sampled however slow the machine is (explore_every 4 allowed 128: 1 run in 40 of a loaded
+    # sampled however slow the machine is (explore_every 4 allowed 128: 1-2 runs in 40 on a loaded
     # CPU sampled nothing).
     spec = '{"method": "auto", "explore_steps": 2, "explore_every": 1}'
     assert REPAY_MAX_BACKOFF * 1 + 2 < 40  # a kept window and an exploration fit in the run
