@@ -13,13 +13,7 @@ R=/tmp/s30c3; . benchmarks/runs/step.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
 TAILN=14 step layer_padded 120 python3 benchmarks/moe_grouped_sweep.py --sync-ab --tokens 64 --confirm 128 --ab-groups 8 --ab-stages 3 --ab-orders 1 --ab-padded 0,1 --ab-rounds 3 --json $R/layer_padded.json
 TAILN=8 step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_moe_mxfp4.py -k "padded_scales or 120b_grouped_v2_sync or test_gpu_120b_grouped_v2" -rA
-python3 - $R/layer_padded.json <<'PY' || exit 0
-import json, statistics, sys
-rows = [r for r in json.load(open(sys.argv[1]))["sync_rows"] if r["tokens"] == 64]
-mean = {p: statistics.mean(r["us"] for r in rows if r["padded"] == p) for p in (False, True)}
-print("layer at 64 tokens, mean us:", mean)
-sys.exit(0 if mean[True] < 0.99 * mean[False] else 1)
-PY
+python3 benchmarks/runs/padded_wins.py $R/layer_padded.json || exit 0
 KV="--kv-cache-gib 9.5"
 grep -q H200 $R/gpu.txt && KV=""
 TP="benchmarks/throughput.py --input-len 1024 --models gpt-oss-120b --output-len 1024 --concurrency 64 $KV"

@@ -14,11 +14,5 @@ TAILN=9 step layer_padded 110 python3 benchmarks/moe_grouped_sweep.py --sync-ab 
 TP="benchmarks/throughput.py --input-len 1024 --models gpt-oss-120b --output-len 1024 --concurrency 64"
 TAILN=4 step tp120_c64 150 python3 $TP --json $R/tp120_c64.json
 TAILN=8 step gpu_tests 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_moe_mxfp4.py -k "padded_scales or 120b_grouped_v2_sync or test_gpu_120b_grouped_v2" -rA
-python3 - $R/layer_padded.json <<'PY' || exit 0
-import json, statistics, sys
-rows = [r for r in json.load(open(sys.argv[1]))["sync_rows"] if r["tokens"] == 64]
-mean = {p: statistics.mean(r["us"] for r in rows if r["padded"] == p) for p in (False, True)}
-print("layer at 64 tokens, mean us:", mean)
-sys.exit(0 if mean[True] < 0.99 * mean[False] else 1)
-PY
+python3 benchmarks/runs/padded_wins.py $R/layer_padded.json || exit 0
 TAILN=4 step tp120_c64_padded 150 env GOSSAMER_V2_PADDED_SCALES=1 python3 $TP --json $R/tp120_c64_padded.json
