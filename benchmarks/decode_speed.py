@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, replace
@@ -27,6 +28,7 @@ from timing import copy_bandwidth
 
 from gossamer.config import ModelConfig
 from gossamer.engine.core import KV_CACHE_DTYPES, kv_cache_dtype
+from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
 from gossamer.runner.model_runner import ModelRunner, SeqInput
 
@@ -299,7 +301,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--moe-layout",
-        choices=("default", "hf", "fp16_lanes"),
+        choices=("default", *mxfp4.LAYOUTS),
         default="default",
         help="MXFP4 bit layout on the GPU: as published, or repacked at load (model/mxfp4.py)",
     )
@@ -349,10 +351,8 @@ def main() -> None:
         gemv.FUSED_NORM_MAX_M = args.fused_norm_max_m
     if args.fuse_rope != "default":
         attention.FUSE_ROPE_KV = args.fuse_rope == "on"
-    if args.moe_layout != "default":
-        from gossamer.model import mxfp4
-
-        mxfp4.REPACK_FOR_GPU = args.moe_layout == "fp16_lanes"
+    if args.moe_layout != "default":  # read by mxfp4.gpu_layout() as the model loads
+        os.environ["GOSSAMER_MXFP4_LAYOUT"] = args.moe_layout
     if args.gemv_prefetch is not None:
         gemv.CONFIGS = {k: replace(c, prefetch=args.gemv_prefetch) for k, c in gemv.CONFIGS.items()}
     args.contexts = [int(c) for c in args.contexts.split(",")]

@@ -10,6 +10,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                whole-row batch-1 router GEMV / as its own launch (gemv.FUSED_NORM_WHOLE_ROWS)
   no_rope      RoPE + KV write as its own launch
   no_layout    the published MXFP4 bit layout (the experts are repacked back in place)
+  lanes_12_10 / lanes_13_9 / lanes_16_8  the MXFP4 words in another GPU layout (mxfp4.LANE_LAYOUTS:
+               dearer fp16 unpacks for the batch-1 GEMVs, cheaper bf16 ones for v2)
   none         all three off
   router_split the router + routing launch without the norm in it (the norm kernel first)
   no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
@@ -123,6 +125,7 @@ VARIANTS = {
     "router_norm_kernel": {"norm_whole_rows": False},
     "no_rope": {"fuse_rope": False},
     "no_layout": {"layout": mxfp4.LAYOUT_HF},
+    **{name: {"layout": name} for name in mxfp4.LANE_LAYOUTS if name != mxfp4.LAYOUT_FP16_LANES},
     "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
     "router_split": {"router_norm": False},
     "no_router": {"fused_router": False},
@@ -363,7 +366,7 @@ def knock_out(model, part: str | None) -> None:
 
 
 def apply(model, variant: dict, defaults: dict) -> None:
-    set_experts_layout(model, variant.get("layout", mxfp4.LAYOUT_FP16_LANES))
+    set_experts_layout(model, variant.get("layout", mxfp4.gpu_layout()))
     gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
     gemv.FUSED_NORM_WHOLE_ROWS = variant.get("norm_whole_rows", defaults["norm_whole_rows"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])

@@ -67,7 +67,7 @@ def make_experts(seed: int = 0) -> ExpertWeights:
         gate_up_scales=scales(e, 2 * i, h // 32),
         down_blocks=packed(e, h, i // 32, 16),
         down_scales=scales(e, h, i // 32),
-        layout=mxfp4.LAYOUT_FP16_LANES if mxfp4.REPACK_FOR_GPU else mxfp4.LAYOUT_HF,
+        layout=mxfp4.gpu_layout(),
     )
 
 

@@ -182,11 +182,45 @@ def _constexprs(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("num_warps", "maxnreg")}  # launch options
 
 
+def word_layouts() -> None:
+    """Each GPU bit layout (mxfp4.LANE_LAYOUTS) in the kernels that unpack it as the GPU runs
+    them: the batch-1 GEMVs (fp16 lanes) and v2 at 8 rows (C=64's decode), 16 (C=256) and 64
+    (prefill) (bf16 lanes)."""
+    from gossamer.model import mxfp4
+
+    gu, dn = moe.DECODE_FP16_GATE_UP, moe.DECODE_FP16_DOWN
+    for name in mxfp4.LANE_LAYOUTS:
+        layout = moe.layout_code_of(name)
+        kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS | ROUTE_ARGS,
+                              dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, SPLIT_K=gu["SPLIT_K"],
+                                   BLOCK_PAIRS=gu["BLOCK_PAIRS"],
+                                   GROUPS_PER_STEP=gu["GROUPS_PER_STEP"], LAYOUT=layout, ROUTE=1,
+                                   E=32, E_P2=32, K_P2=4, PDL=True), gu["num_warps"])  # fmt: skip
+        report(f"{name}: fp16 gate_up (routing)", kernel,
+               gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / (32 * gu["num_warps"]))  # fmt: skip
+        kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
+                              dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10, LAYOUT=layout,
+                                   BLOCK_ROWS=dn["BLOCK_ROWS"], SPLIT_K=dn["SPLIT_K"],
+                                   GROUPS_PER_STEP=dn["GROUPS_PER_STEP"], AHEAD=dn.get("AHEAD", 0)),
+                              dn["num_warps"])  # fmt: skip
+        report(f"{name}: fp16 down", kernel,
+               dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
+        for block_m in (8, 16, 64):
+            changes = moe.V2_TILE_CHANGES.get(block_m, {}) | {"LAYOUT": layout}
+            if block_m == 8:
+                changes |= {"SYNC": True}
+            grouped_v2(block_m, changes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-grouped", action="store_true", help="only the decode GEMVs")
+    parser.add_argument("--layouts", action="store_true", help="only the word layouts compared")
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes; instructions per thread")
+    if args.layouts:
+        word_layouts()
+        return
     gu, dn = moe.DECODE_FP16_GATE_UP, moe.DECODE_FP16_DOWN
     kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS,
                           dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, BLOCK_PAIRS=gu["BLOCK_PAIRS"],

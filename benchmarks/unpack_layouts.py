@@ -1,6 +1,7 @@
 """Which bit layout of the MXFP4 words unpacks cheapest, for fp16 lanes and bf16 lanes at once.
 
-    python benchmarks/unpack_layouts.py
+    python benchmarks/unpack_layouts.py            # the Pareto front
+    python benchmarks/unpack_layouts.py --triton   # the kernels' recipes for mxfp4.LANE_LAYOUTS
 
 The loader repacks each 32-bit word of 8 e2m1 codes (mxfp4.LAYOUT_FP16_LANES) once, and two
 kinds of kernel read it: the batch-1 GEMVs turn register j (codes j and j + 4) into two fp16
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 
 FP16_TARGET = (9, 10, 11, 15)  # bits (m0, e0, e1, sign) of the low lane; the high lane +16
 BF16_TARGET = (6, 7, 8, 15)
@@ -130,7 +132,64 @@ def current_costs() -> tuple[int, int]:
     return fp16, bf16
 
 
+def recipe(stored: tuple[int, ...], target: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """The arguments of `moe_mxfp4._moved` that move one register's 8 bits from `stored` to the
+    lane target, by the cheapest recipe of `register_cost` (without the multiply's high half):
+    (R0, M0, R1, M1, R2, M2, MUL), rotations R and masks M as int32 bit patterns."""
+    targets = _targets(target)
+    mask = sum(1 << p for p in stored)
+    keep = sum(1 << q for q in targets)
+    shifts = [q - p for p, q in zip(stored, targets, strict=True)]
+    rotations = {(q - p) % 32 for p, q in zip(stored, targets, strict=True)}
+    if len(rotations) > 1 and all(s >= 0 for s in shifts):
+        multiplier = sum(1 << s for s in set(shifts))
+        if multiplier < 2**32 and _carry_free(stored, targets, multiplier, False):
+            return (0, _signed(mask), 0, _signed(keep), 0, 0, _signed(multiplier))
+    terms = []  # (rotation, the target bits it fills), the unrotated term first
+    for rotation in sorted(rotations):
+        filled = [q for p, q in zip(stored, targets, strict=True) if (q - p) % 32 == rotation]
+        terms.append((rotation, _signed(sum(1 << q for q in filled))))
+    if len(terms) > 3:
+        raise ValueError(f"{stored} needs {len(terms)} rotations; _moved takes 3")
+    terms += [(0, 0)] * (3 - len(terms))
+    return (*terms[0], *terms[1], *terms[2], 0)
+
+
+def _signed(bits: int) -> int:
+    return bits - 2**32 if bits >= 2**31 else bits
+
+
+def _literal(value: int) -> str:
+    return f"{'-' if value < 0 else ''}0x{abs(value):X}" if abs(value) > 64 else str(value)
+
+
+def triton_table() -> str:
+    """`moe_mxfp4._layout_lanes`'s body for the LANES_* layouts of gossamer/model/mxfp4.py."""
+    from gossamer.kernels import moe_mxfp4 as moe
+    from gossamer.model import mxfp4
+
+    lines = []
+    for name, registers in mxfp4.LANE_LAYOUTS.items():
+        if name == mxfp4.LAYOUT_FP16_LANES:
+            continue  # hand-written recipes (`_fp16_layout_lanes`, `_v2_fp16_layout_bits`)
+        code = moe.layout_code_of(name)
+        for bf16, target in ((False, FP16_TARGET), (True, BF16_TARGET)):
+            for j, bits in enumerate(registers):
+                stored = tuple(bits) + tuple((p + 16) % 32 for p in bits)
+                args = ", ".join(_literal(a) for a in recipe(stored, target))
+                cost = register_cost(stored, target)
+                keyword = "if" if not lines else "elif"
+                lane = "BF16" if bf16 else "not BF16"
+                lines.append(f"    {keyword} LAYOUT == {code} and {lane} and J == {j}:  # {cost}")
+                lines.append(f"        return _moved(words, {args})")
+    lines += ["    else:", '        tl.static_assert(False, "no recipe for this LAYOUT")']
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if "--triton" in sys.argv:
+        print(triton_table())
+        return
     fp16, bf16 = current_costs()
     print(f"current layout (mxfp4.FP16_LANE_BITS): fp16 {fp16}, bf16 {bf16} instructions a word")
     print("Pareto front over the family (fp16, bf16; stored bits of each register):")

@@ -131,13 +131,12 @@ _MAG_PAIR = tl.constexpr(0x0E000E00)
 _SIGN_PAIR = tl.constexpr(0x80008000 - (1 << 32))
 _FP16_OFFSET_EXP = tl.constexpr(14)  # fp16-encoded e2m1 values are e2m1 * 2^-14
 # Bit layouts of the packed weights within each int32 word (gossamer/model/mxfp4.py): the
-# published one, and FP16_LANES (the loader repacks to it on the GPU: a cheaper fp16 unpack).
+# published one, FP16_LANES (the loader's default on the GPU: a cheaper fp16 unpack) and the
+# LANES_* layouts (cheaper bf16 unpacks, dearer fp16 ones), codes 2 and up (`_layout_lanes`).
 LAYOUT_HF, LAYOUT_FP16_LANES = 0, 1
 _IS_FP16_LANES = tl.constexpr(LAYOUT_FP16_LANES)  # the kernels' name for it
-_LAYOUT_CODES = {
-    mxfp4_format.LAYOUT_HF: LAYOUT_HF,
-    mxfp4_format.LAYOUT_FP16_LANES: LAYOUT_FP16_LANES,
-}
+_LAYOUT_CODES = {name: code for code, name in enumerate(mxfp4_format.LAYOUTS)}
+assert _LAYOUT_CODES[mxfp4_format.LAYOUT_FP16_LANES] == LAYOUT_FP16_LANES
 _KEEP_PAIR = tl.constexpr(0x8E008E00 - (1 << 32))  # _MAG_PAIR | _SIGN_PAIR
 # FP16_LANES: the bits of registers 2 and 3 (mxfp4.FP16_LANE_BITS (3, 14) and (0, 13), both lanes)
 _FP16_LANES_MASK2 = tl.constexpr(0x40384038)
@@ -154,6 +153,11 @@ def layout_code(experts: ExpertWeights) -> int:
     if experts.layout not in _LAYOUT_CODES:
         raise MoEShapeError(f"unknown MXFP4 layout {experts.layout!r}")
     return _LAYOUT_CODES[experts.layout]
+
+
+def layout_code_of(name: str) -> int:
+    """The LAYOUT constexpr of the mxfp4.LAYOUTS layout `name`."""
+    return _LAYOUT_CODES[name]
 
 
 def _require_published_layout(experts: ExpertWeights, path: str) -> None:
@@ -1222,6 +1226,8 @@ def _pair_lanes(words, PAIR: tl.constexpr, LAYOUT: tl.constexpr):
     """The fp16 lanes (e2m1 * 2^-14) of codes PAIR and PAIR + 4 of each int32 word."""
     if LAYOUT == _IS_FP16_LANES:
         return _fp16_layout_lanes(words, PAIR)
+    elif LAYOUT > _IS_FP16_LANES:
+        return _layout_lanes(words, PAIR, LAYOUT, False)
     if PAIR == 0:
         return ((words << 9) & _MAG_PAIR) | ((words << 12) & _SIGN_PAIR)
     elif PAIR == 1:
@@ -1245,6 +1251,92 @@ def _fp16_layout_lanes(words, PAIR: tl.constexpr):
         return ((words & _FP16_LANES_MASK2) * ((1 << 6) + (1 << 1))) & _KEEP_PAIR
     else:
         return ((words & _FP16_LANES_MASK3) * ((1 << 9) + (1 << 2))) & _KEEP_PAIR
+
+
+@triton.jit
+def _rotated(words, R: tl.constexpr):
+    """int32 words rotated left by R bits (one funnel shift)."""
+    if R == 0:
+        return words
+    else:
+        bits = words.to(tl.uint32, bitcast=True)
+        return ((bits << R) | (bits >> (32 - R))).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def _moved(words, R0: tl.constexpr, M0: tl.constexpr, R1: tl.constexpr, M1: tl.constexpr,
+           R2: tl.constexpr, M2: tl.constexpr, MUL: tl.constexpr):  # fmt: skip
+    """One register's bits moved by a recipe of `benchmarks/unpack_layouts.py`: with MUL,
+    ((words & M0) * MUL) & M1 (shifted copies whose carries never reach a kept bit); else the OR
+    over the nonzero masks M of rotate_left(words, R) & M."""
+    if MUL != 0:
+        return ((words & M0) * MUL) & M1
+    else:
+        out = _rotated(words, R0) & M0
+        if M1 != 0:
+            out = out | (_rotated(words, R1) & M1)
+        if M2 != 0:
+            out = out | (_rotated(words, R2) & M2)
+        return out
+
+
+@triton.jit
+def _layout_lanes(words, J: tl.constexpr, LAYOUT: tl.constexpr, BF16: tl.constexpr):
+    """Register J of each LANES_* word (codes J and J + 4) as two 16-bit lanes: fp16 e2m1 * 2^-14
+    (`_pair_lanes`) or, with BF16, bf16 e2m1 * 2^-126 (`_v2_pair_bits`). Written by
+    `python benchmarks/unpack_layouts.py --triton` (each line's comment: its instructions)."""
+    # BEGIN generated recipes
+    if LAYOUT == 2 and not BF16 and J == 0:  # 3
+        return _moved(words, 0, 0x20072007, 0, -0x71FF7200, 0, 0, 0x204)
+    elif LAYOUT == 2 and not BF16 and J == 1:  # 3
+        return _moved(words, 0, 0x10381038, 0, -0x71FF7200, 0, 0, 0x48)
+    elif LAYOUT == 2 and not BF16 and J == 2:  # 3
+        return _moved(words, 0, -0x7E3F7E40, 0, -0x71FF7200, 0, 0, 9)
+    elif LAYOUT == 2 and not BF16 and J == 3:  # 3
+        return _moved(words, 0, 0xE000E00, 1, -0x7FFF8000, 0, 0, 0)
+    elif LAYOUT == 2 and BF16 and J == 0:  # 3
+        return _moved(words, 0, 0x20072007, 0, -0x7E3F7E40, 0, 0, 0x44)
+    elif LAYOUT == 2 and BF16 and J == 1:  # 2
+        return _moved(words, 3, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 2 and BF16 and J == 2:  # 1
+        return _moved(words, 0, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 2 and BF16 and J == 3:  # 4
+        return _moved(words, 1, -0x7FFF8000, 29, 0x1C001C0, 0, 0, 0)
+    elif LAYOUT == 3 and not BF16 and J == 0:  # 4
+        return _moved(words, 8, -0x7FFF8000, 11, 0xE000E00, 0, 0, 0)
+    elif LAYOUT == 3 and not BF16 and J == 1:  # 3
+        return _moved(words, 0, 0x110A110A, 0, -0x71FF7200, 0, 0, 0x248)
+    elif LAYOUT == 3 and not BF16 and J == 2:  # 3
+        return _moved(words, 0, 0xE000E00, 29, -0x7FFF8000, 0, 0, 0)
+    elif LAYOUT == 3 and not BF16 and J == 3:  # 3
+        return _moved(words, 0, 0x20702070, 0, -0x71FF7200, 0, 0, 36)
+    elif LAYOUT == 3 and BF16 and J == 0:  # 2
+        return _moved(words, 8, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 3 and BF16 and J == 1:  # 3
+        return _moved(words, 0, 0x110A110A, 0, -0x7E3F7E40, 0, 0, 0x49)
+    elif LAYOUT == 3 and BF16 and J == 2:  # 2
+        return _moved(words, 29, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 3 and BF16 and J == 3:  # 2
+        return _moved(words, 2, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 4 and not BF16 and J == 0:  # 6
+        return _moved(words, 6, 0x6000600, 11, 0x8000800, 14, -0x7FFF8000, 0)
+    elif LAYOUT == 4 and not BF16 and J == 1:  # 3
+        return _moved(words, 0, 0xE000E00, 29, -0x7FFF8000, 0, 0, 0)
+    elif LAYOUT == 4 and not BF16 and J == 2:  # 4
+        return _moved(words, 10, -0x7FFF8000, 13, 0xE000E00, 0, 0, 0)
+    elif LAYOUT == 4 and not BF16 and J == 3:  # 3
+        return _moved(words, 0, -0x7E3F7E40, 0, -0x71FF7200, 0, 0, 9)
+    elif LAYOUT == 4 and BF16 and J == 0:  # 3
+        return _moved(words, 0, 0x1B001B, 0, -0x7E3F7E40, 0, 0, 0x4108)
+    elif LAYOUT == 4 and BF16 and J == 1:  # 2
+        return _moved(words, 29, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 4 and BF16 and J == 2:  # 2
+        return _moved(words, 10, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    elif LAYOUT == 4 and BF16 and J == 3:  # 1
+        return _moved(words, 0, -0x7E3F7E40, 0, 0, 0, 0, 0)
+    else:
+        tl.static_assert(False, "no recipe for this LAYOUT")
+    # END generated recipes
 
 
 @triton.jit
@@ -2658,6 +2750,8 @@ def _v2_pair_bits(words, J: tl.constexpr, LAYOUT: tl.constexpr):
     no carries), one with the magnitude in place and one with the sign, and an AND keeps those."""
     if LAYOUT == _IS_FP16_LANES:
         return _v2_fp16_layout_bits(words, J)
+    elif LAYOUT > _IS_FP16_LANES:
+        return _layout_lanes(words, J, LAYOUT, True)
     if J >= 2:
         words = words >> 8  # codes 2, 3 (6, 7) move to 0, 1 (4, 5); the AND drops the sign fill
     if J % 2 == 0:

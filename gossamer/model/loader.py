@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 
 from gossamer.config import ConfigError, ModelConfig
-from gossamer.model import mxfp4 as mxfp4_module
 from gossamer.model.gpt_oss import GptOssForCausalLM
 from gossamer.model.weights import (
     build_model,
@@ -85,7 +84,7 @@ def load_model(
         load_checkpoint(net, checkpoint)
     if backend.name == "triton":
         check_expert_scales(net)
-    if mxfp4_module.REPACK_FOR_GPU and backend.name == "triton" and net.device.type == "cuda":
+    if backend.name == "triton" and net.device.type == "cuda":
         repack_experts_for_gpu(net)
     if backend.name == "triton" and net.device.type == "cuda":
         _register_packed_copies(net)

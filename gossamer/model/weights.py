@@ -203,8 +203,8 @@ def hf_state_dict(
                 yield f"{prefix}.{which}_proj.{kind}", part.contiguous()
         elif DENSE_EXPERTS.match(name):
             yield from _dense_experts_out(name, tensor, experts_format)
-        elif name.endswith("_blocks") and _blocks_layout(model, name) == mxfp4.LAYOUT_FP16_LANES:
-            yield name, mxfp4.from_fp16_lanes(tensor)  # back to the published layout
+        elif name.endswith("_blocks") and _blocks_layout(model, name) != mxfp4.LAYOUT_HF:
+            yield name, mxfp4.repack(tensor, _blocks_layout(model, name), mxfp4.LAYOUT_HF)
         else:
             yield name, tensor.contiguous()
 
@@ -214,10 +214,10 @@ def _blocks_layout(model: GptOssForCausalLM, name: str) -> str:
 
 
 def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
-    """Repack every MXFP4 expert's blocks in place to mxfp4.LAYOUT_FP16_LANES (the Triton
-    kernels' cheaper unpack); returns how many expert modules changed. Only for a model that
-    runs the Triton ops: the torch reference reads either layout, more slowly."""
-    return set_experts_layout(model, mxfp4.LAYOUT_FP16_LANES)
+    """Repack every MXFP4 expert's blocks in place to mxfp4.gpu_layout() (the Triton kernels'
+    cheaper unpacks); returns how many expert modules changed. Only for a model that runs the
+    Triton ops: the torch reference reads every layout, more slowly."""
+    return set_experts_layout(model, mxfp4.gpu_layout())
 
 
 def check_expert_scales(model: GptOssForCausalLM) -> int:
@@ -280,14 +280,14 @@ def pack_gate_up_for_gpu(model: GptOssForCausalLM) -> int:
 def set_experts_layout(model: GptOssForCausalLM, layout: str) -> int:
     """Repack every MXFP4 expert's blocks in place to `layout` (both directions are bit
     permutations); returns how many expert modules changed."""
-    convert = {mxfp4.LAYOUT_FP16_LANES: mxfp4.to_fp16_lanes, mxfp4.LAYOUT_HF: mxfp4.from_fp16_lanes}
+    mxfp4.element_bits(layout, 0)  # an unknown layout raises before anything moves
     changed = 0
     for module in model.modules():
         current = getattr(module, "blocks_layout", None)
         if current is None or current == layout or not module.mxfp4:
             continue
         for blocks in (module.gate_up_proj_blocks, module.down_proj_blocks):
-            blocks.copy_(convert[layout](blocks))
+            blocks.copy_(mxfp4.repack(blocks, current, layout))
         module.blocks_layout = layout
         changed += 1
     return changed

@@ -223,11 +223,9 @@ def expert_matrices(
     """One expert's (gate_up [2I, H], down [H, I]) in `dtype`, dequantized if packed."""
     if experts.is_mxfp4:
         gate_up_blocks, down_blocks = experts.gate_up_blocks[expert], experts.down_blocks[expert]
-        if experts.layout == mxfp4.LAYOUT_FP16_LANES:  # repacked for the GPU kernels
-            gate_up_blocks = mxfp4.from_fp16_lanes(gate_up_blocks)
-            down_blocks = mxfp4.from_fp16_lanes(down_blocks)
-        elif experts.layout != mxfp4.LAYOUT_HF:
-            raise ValueError(f"unknown MXFP4 layout {experts.layout!r}")
+        if experts.layout != mxfp4.LAYOUT_HF:  # repacked for the GPU kernels (raises if unknown)
+            gate_up_blocks = mxfp4.repack(gate_up_blocks, experts.layout, mxfp4.LAYOUT_HF)
+            down_blocks = mxfp4.repack(down_blocks, experts.layout, mxfp4.LAYOUT_HF)
         gate_up = mxfp4.dequantize(gate_up_blocks, experts.gate_up_scales[expert], dtype)
         down = mxfp4.dequantize(down_blocks, experts.down_scales[expert], dtype)
         return gate_up, down

@@ -22,6 +22,7 @@ from tests.kernels.interpreted import DEVICE, kernel_fixture
 from tests.kernels.test_moe_mxfp4 import (
     ALPHA,
     FP16_TOLERANCE,
+    GPU_LAYOUTS,
     LIMIT,
     _assert_close_120b,
     _dense,
@@ -108,10 +109,11 @@ def test_partial_steps_and_loop_forms(gemv, tokens, groups, stages, unroll, pair
     assert _error(gemv, tokens, 4, seed=74, block_m=2, **config) < FP16_TOLERANCE
 
 
+@pytest.mark.parametrize("layout", GPU_LAYOUTS)
 @pytest.mark.parametrize("tokens,block_m", [(3, 1), (17, 4)])
-def test_reads_the_repacked_layout(gemv, tokens, block_m):
-    """LAYOUT_FP16_LANES words (the GPU layout) against the reference on the published ones."""
-    repacked = _fp16_lanes(_experts(EXPERTS, HIDDEN, INTER, seed=70))
+def test_reads_the_repacked_layout(gemv, tokens, block_m, layout):
+    """Repacked words (the GPU layouts) against the reference on the published ones."""
+    repacked = _fp16_lanes(_experts(EXPERTS, HIDDEN, INTER, seed=70), layout)
     assert _error(gemv, tokens, 4, seed=76, experts=repacked, block_m=block_m) < FP16_TOLERANCE
 
 

@@ -88,14 +88,18 @@ def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).abs().max() / ref.abs().max()).item()
 
 
-def _fp16_lanes(experts: ExpertWeights) -> ExpertWeights:
-    """The same experts with their blocks repacked to the GPU layout (model/mxfp4.py)."""
+def _fp16_lanes(experts: ExpertWeights, layout: str = mxfp4.LAYOUT_FP16_LANES) -> ExpertWeights:
+    """The same experts with their blocks repacked to a GPU layout (model/mxfp4.py), by default
+    the loader's."""
     return dataclasses.replace(
         experts,
-        gate_up_blocks=mxfp4.to_fp16_lanes(experts.gate_up_blocks),
-        down_blocks=mxfp4.to_fp16_lanes(experts.down_blocks),
-        layout=mxfp4.LAYOUT_FP16_LANES,
+        gate_up_blocks=mxfp4.repack(experts.gate_up_blocks, mxfp4.LAYOUT_HF, layout),
+        down_blocks=mxfp4.repack(experts.down_blocks, mxfp4.LAYOUT_HF, layout),
+        layout=layout,
     )
+
+
+GPU_LAYOUTS = sorted(mxfp4.LANE_LAYOUTS)  # every layout the Triton kernels unpack besides HF
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1046,54 +1050,75 @@ def test_gpu_dense_bf16(experts_120b):
 
 
 # ------------------------------------------------------------------------------------------------
-# The repacked GPU layout (mxfp4.LAYOUT_FP16_LANES)
+# The repacked GPU layouts (mxfp4.LANE_LAYOUTS)
 # ------------------------------------------------------------------------------------------------
 
 
-def test_fp16_lanes_repack_round_trips_and_moves_bits():
+@pytest.mark.parametrize("layout", GPU_LAYOUTS)
+def test_repack_round_trips_and_moves_bits(layout):
     blocks = torch.randint(0, 256, (3, 7, 5, 16), dtype=torch.uint8)
-    repacked = mxfp4.to_fp16_lanes(blocks)
+    repacked = mxfp4.repack(blocks, mxfp4.LAYOUT_HF, layout)
     assert not torch.equal(repacked, blocks)
-    assert torch.equal(mxfp4.from_fp16_lanes(repacked), blocks)
-    # each element's 4 bits land where FP16_LANE_BITS says (element j + 4 sixteen bits higher)
+    assert torch.equal(mxfp4.repack(repacked, layout, mxfp4.LAYOUT_HF), blocks)
+    other = mxfp4.LAYOUT_LANES_16_8 if layout != mxfp4.LAYOUT_LANES_16_8 else GPU_LAYOUTS[0]
+    assert torch.equal(mxfp4.repack(mxfp4.repack(repacked, layout, other), other, layout), repacked)
+    # each element's 4 bits land where LANE_LAYOUTS says (element j + 4 sixteen bits higher)
     word = int.from_bytes(bytes(blocks[0, 0, 0, :4].tolist()), "little")
     moved = int.from_bytes(bytes(repacked[0, 0, 0, :4].tolist()), "little")
     for element in range(8):
-        mag_at, sign_at = mxfp4.FP16_LANE_BITS[element % 4]
-        lane = 16 * (element // 4)
         nibble = (word >> (4 * element)) & 0xF
-        assert (moved >> (mag_at + lane)) & 0x7 == nibble & 0x7
-        assert (moved >> (sign_at + lane)) & 0x1 == nibble >> 3
+        for bit, position in enumerate(mxfp4.LANE_LAYOUTS[layout][element % 4]):
+            assert (moved >> ((position + 16 * (element // 4)) % 32)) & 1 == (nibble >> bit) & 1
+    if layout == mxfp4.LAYOUT_FP16_LANES:  # the fp16 GEMV's hand-written masks assume these
+        assert mxfp4.FP16_LANE_BITS == ((9, 15), (6, 12), (3, 14), (0, 13))
 
 
-def test_reference_reads_the_repacked_layout():
+def test_unknown_layouts_raise(monkeypatch):
+    blocks = torch.zeros(2, 16, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="unknown MXFP4 layout 'nibbles'"):
+        mxfp4.repack(blocks, mxfp4.LAYOUT_HF, "nibbles")
+    monkeypatch.setenv("GOSSAMER_MXFP4_LAYOUT", "nibbles")
+    with pytest.raises(ValueError, match="GOSSAMER_MXFP4_LAYOUT='nibbles'"):
+        mxfp4.gpu_layout()
+    monkeypatch.setenv("GOSSAMER_MXFP4_LAYOUT", mxfp4.LAYOUT_LANES_13_9)
+    assert mxfp4.gpu_layout() == mxfp4.LAYOUT_LANES_13_9
+    monkeypatch.delenv("GOSSAMER_MXFP4_LAYOUT")
+    assert mxfp4.gpu_layout() == mxfp4.LAYOUT_FP16_LANES
+
+
+@pytest.mark.parametrize("layout", GPU_LAYOUTS)
+def test_reference_reads_the_repacked_layout(layout):
     experts = _experts(4, 64, 32, seed=90)
     x, logits = _inputs(3, 64, 4, seed=91)
     expected = _reference(x, logits, experts, 2)
-    assert torch.equal(_reference(x, logits, _fp16_lanes(experts), 2), expected)
+    assert torch.equal(_reference(x, logits, _fp16_lanes(experts, layout), 2), expected)
 
 
+@pytest.mark.parametrize("layout", GPU_LAYOUTS)
 @pytest.mark.parametrize("tokens,split", [(1, (1, 1)), (3, (2, 1))])
-def test_fp16_decode_path_reads_the_repacked_layout(moe, tokens, split):
-    """The packed-fp16 GEMV's cheaper unpack of LAYOUT_FP16_LANES, against the reference on the
+def test_fp16_decode_path_reads_the_repacked_layout(moe, tokens, split, layout):
+    """The packed-fp16 GEMV's unpack of each repacked layout, against the reference on the
     published layout (hidden 160 / intermediate 96: partial steps)."""
     experts = _experts(8, 160, 96, seed=92)
     x, logits = _inputs(tokens, 160, 8, seed=93 + tokens)
     config = _with_split(TINY_FP16, *split)
-    out = moe.moe_mxfp4_decode_fp16(x, logits, _fp16_lanes(experts), 4, LIMIT, ALPHA, **config)
+    repacked = _fp16_lanes(experts, layout)
+    out = moe.moe_mxfp4_decode_fp16(x, logits, repacked, 4, LIMIT, ALPHA, **config)
     assert _relative_error(out, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
 
 
+@pytest.mark.parametrize("layout", GPU_LAYOUTS)
 @pytest.mark.parametrize("hidden,inter,tokens", [(160, 96, 5), (128, 128, 17)])
-def test_grouped_v2_reads_the_repacked_layout(moe, monkeypatch, hidden, inter, tokens):
+def test_grouped_v2_reads_the_repacked_layout(moe, monkeypatch, hidden, inter, tokens, layout):
     experts = _experts(8, hidden, inter, seed=94)
     x, logits = _inputs(tokens, hidden, 8, seed=95)
+    repacked = _fp16_lanes(experts, layout)
     out = moe.moe_mxfp4_grouped_v2(
-        x, logits, _fp16_lanes(experts), 2, LIMIT, ALPHA, **_v2_configs(SCALE_PREFETCH=1)
+        x, logits, repacked, 2, LIMIT, ALPHA, **_v2_configs(SCALE_PREFETCH=1)
     )
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
     monkeypatch.setattr(moe, "EMULATE_BF16_LANES", True)  # the bf16-lane arithmetic, emulated
-    out = moe.moe_mxfp4_grouped_v2(x, logits, _fp16_lanes(experts), 2, LIMIT, ALPHA)
+    out = moe.moe_mxfp4_grouped_v2(x, logits, repacked, 2, LIMIT, ALPHA)
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 2e-2
 
 
@@ -1110,13 +1135,18 @@ def test_kernels_without_the_repacked_unpack_refuse_it(moe):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 4, 64, 256])
-def test_gpu_120b_repacked_layout(experts_120b, tokens):
+@pytest.mark.parametrize(
+    "tokens,layout",
+    [(t, mxfp4.LAYOUT_FP16_LANES) for t in (1, 4, 64, 256)]
+    + [(t, layout) for t in (1, 64, 256) for layout in GPU_LAYOUTS if layout != "fp16_lanes"],
+)
+def test_gpu_120b_repacked_layout(experts_120b, tokens, layout):
     """Both default paths (GEMV up to 64 pairs, grouped v2 above) on repacked 120b experts."""
     from gossamer.kernels import moe_mxfp4
 
     x, logits = _inputs_120b(tokens, seed=300 + tokens)
-    out = moe_mxfp4.moe_mxfp4(x, logits, _fp16_lanes(experts_120b), TOP_K_120B, LIMIT, ALPHA)
+    repacked = _fp16_lanes(experts_120b, layout)
+    out = moe_mxfp4.moe_mxfp4(x, logits, repacked, TOP_K_120B, LIMIT, ALPHA)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
 
 
