@@ -83,14 +83,11 @@ def main() -> None:
             us = statistics.median(r["us"] for r in rows
                                    if r["tokens"] == tokens and r["layout"] == layout)  # fmt: skip
             print(f"T={tokens:5d} {layout:12s} {us:9.1f} us  {100 * (us / base - 1):+6.1f}%")
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": triton.__version__, "python": platform.python_version(),
-              "copy_bandwidth_bytes_s": bandwidth, "rows": rows}  # fmt: skip
-    path = args.json or (os.path.join(os.environ["OUT"], "word_layouts_ab.json")
-                         if "OUT" in os.environ else None)  # fmt: skip
-    if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
+    path = args.json or os.path.join(os.environ.get("OUT", "."), "word_layouts_ab.json")
+    with open(path, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "triton": triton.__version__, "python": platform.python_version(),
+                   "copy_bandwidth_bytes_s": bandwidth, "rows": rows}, f, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":
