@@ -94,3 +94,23 @@ def test_console_entry_reports_bad_input_clearly(tmp_path):
         timeout=300,
     )
     assert missing.returncode == 2 and "neither a checkpoint folder nor a preset" in missing.stderr
+
+
+def test_mxfp4_layout_flag_reaches_the_loader(monkeypatch):
+    """--mxfp4-layout is one of the known layouts and goes to load_model (which repacks only for
+    the Triton ops on a GPU); left out, the loader picks mxfp4.gpu_layout()."""
+    import argparse
+
+    import pytest
+
+    from gossamer.engine import generate_cli
+
+    seen = []
+    monkeypatch.setattr(generate_cli, "load_model", lambda *a, **kw: seen.append(kw))
+    parser = argparse.ArgumentParser()
+    generate_cli.add_model_arguments(parser)
+    generate_cli.load_from_args(parser.parse_args(["--mxfp4-layout", "lanes_13_9"]))
+    generate_cli.load_from_args(parser.parse_args([]))
+    assert [kw["mxfp4_layout"] for kw in seen] == ["lanes_13_9", None]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--mxfp4-layout", "nibbles"])

@@ -151,16 +151,20 @@ def test_preset_without_weights_asks_for_dummy_or_a_path():
         load_model("gpt-oss-20b", device="meta")
 
 
-@pytest.mark.parametrize("layout", [None, mxfp4.LAYOUT_LANES_13_9])
+@pytest.mark.parametrize(
+    "from_env,argument",
+    [(None, None), (mxfp4.LAYOUT_LANES_13_9, None), (mxfp4.LAYOUT_LANES_13_9, "lanes_16_8")],
+)
 def test_repacked_experts_keep_logits_and_save_in_the_published_layout(tmp_path, monkeypatch,
-                                                                        layout):  # fmt: skip
-    """repack_experts_for_gpu (the loader runs it for the Triton ops on the GPU), to the default
-    layout or GOSSAMER_MXFP4_LAYOUT's: the torch path reads the repacked blocks to the same
-    logits, and saving writes the published layout back."""
+                                                                        from_env, argument):  # fmt: skip
+    """repack_experts_for_gpu (the loader runs it for the Triton ops on the GPU), to the layout
+    passed (--mxfp4-layout), else GOSSAMER_MXFP4_LAYOUT's, else the default: the torch path reads
+    the repacked blocks to the same logits, and saving writes the published layout back."""
     from gossamer.model.weights import hf_state_dict, repack_experts_for_gpu
 
-    if layout is not None:
-        monkeypatch.setenv("GOSSAMER_MXFP4_LAYOUT", layout)
+    if from_env is not None:
+        monkeypatch.setenv("GOSSAMER_MXFP4_LAYOUT", from_env)
+    layout = argument or from_env or mxfp4.LAYOUT_FP16_LANES
 
     hf_dir = write_hf_model(tmp_path / "hf", seed=6)
     dense = load_model(str(hf_dir), dtype="float32").model
@@ -168,10 +172,10 @@ def test_repacked_experts_keep_logits_and_save_in_the_published_layout(tmp_path,
     tokens = list(range(5, 17))
     before = forward_tokens(packed, ContiguousCache(packed, 12), tokens, 0)
     published = {n: t.clone() for n, t in hf_state_dict(packed) if n.endswith("_blocks")}
-    assert repack_experts_for_gpu(packed) == packed.config.num_hidden_layers
-    assert repack_experts_for_gpu(packed) == 0  # already repacked: nothing changes twice
+    assert repack_experts_for_gpu(packed, argument) == packed.config.num_hidden_layers
+    assert repack_experts_for_gpu(packed, argument) == 0  # already repacked: nothing changes twice
     experts = packed.model.layers[0].mlp.experts
-    assert experts.weights().layout == (layout or mxfp4.LAYOUT_FP16_LANES)
+    assert experts.weights().layout == layout
     assert not torch.equal(experts.gate_up_proj_blocks, published[next(iter(published))])
     after = forward_tokens(packed, ContiguousCache(packed, 12), tokens, 0)
     assert torch.equal(before, after)

@@ -12,6 +12,7 @@ import torch
 from gossamer.config import ConfigError
 from gossamer.engine.core import EngineConfig, EngineCore
 from gossamer.engine.errors import RequestError
+from gossamer.model import mxfp4
 from gossamer.model.loader import LoadedModel, load_model
 from gossamer.models import default_model_path
 from gossamer.sampling_params import SamplingParams
@@ -37,6 +38,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--seed-weights", type=int, default=0, help="seed of dummy weights")
+    parser.add_argument(
+        "--mxfp4-layout",
+        choices=mxfp4.LAYOUTS,
+        default=None,
+        help="bit layout of the MXFP4 experts for the Triton ops on the GPU (default: "
+        "GOSSAMER_MXFP4_LAYOUT, else fp16_lanes, the fastest at batch 1; the lanes_* layouts "
+        "trade batch-1 decode for batched throughput, see BENCHMARKS.md)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +72,7 @@ def load_from_args(args: argparse.Namespace) -> LoadedModel:
         ops=args.ops,
         max_model_len=args.max_model_len,
         seed=args.seed_weights,
+        mxfp4_layout=getattr(args, "mxfp4_layout", None),
     )
 
 

@@ -49,8 +49,11 @@ def load_model(
     ops: str = "auto",
     max_model_len: int | None = None,
     seed: int = 0,
+    mxfp4_layout: str | None = None,
 ) -> LoadedModel:
-    """`model` is a checkpoint folder or a preset name; `load_format` is auto or dummy."""
+    """`model` is a checkpoint folder or a preset name; `load_format` is auto or dummy;
+    `mxfp4_layout`: the experts' bit layout for the Triton ops on the GPU (None:
+    mxfp4.gpu_layout())."""
     torch_dtype = resolve_dtype(dtype)
     path = Path(model)
     if path.is_dir():
@@ -85,7 +88,7 @@ def load_model(
     if backend.name == "triton":
         check_expert_scales(net)
     if backend.name == "triton" and net.device.type == "cuda":
-        repack_experts_for_gpu(net)
+        repack_experts_for_gpu(net, mxfp4_layout)
     if backend.name == "triton" and net.device.type == "cuda":
         _register_packed_copies(net)
     return LoadedModel(net, config, checkpoint)

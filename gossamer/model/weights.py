@@ -213,11 +213,11 @@ def _blocks_layout(model: GptOssForCausalLM, name: str) -> str:
     return model.get_submodule(name.rsplit(".", 1)[0]).blocks_layout
 
 
-def repack_experts_for_gpu(model: GptOssForCausalLM) -> int:
-    """Repack every MXFP4 expert's blocks in place to mxfp4.gpu_layout() (the Triton kernels'
-    cheaper unpacks); returns how many expert modules changed. Only for a model that runs the
-    Triton ops: the torch reference reads every layout, more slowly."""
-    return set_experts_layout(model, mxfp4.gpu_layout())
+def repack_experts_for_gpu(model: GptOssForCausalLM, layout: str | None = None) -> int:
+    """Repack every MXFP4 expert's blocks in place to `layout`, by default mxfp4.gpu_layout()
+    (the Triton kernels' cheaper unpacks); returns how many expert modules changed. Only for a
+    model that runs the Triton ops: the torch reference reads every layout, more slowly."""
+    return set_experts_layout(model, layout or mxfp4.gpu_layout())
 
 
 def check_expert_scales(model: GptOssForCausalLM) -> int:
