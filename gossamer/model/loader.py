@@ -89,7 +89,6 @@ def load_model(
         check_expert_scales(net)
     if backend.name == "triton" and net.device.type == "cuda":
         repack_experts_for_gpu(net, mxfp4_layout)
-    if backend.name == "triton" and net.device.type == "cuda":
         _register_packed_copies(net)
     return LoadedModel(net, config, checkpoint)
 
