@@ -182,29 +182,43 @@ def _constexprs(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("num_warps", "maxnreg")}  # launch options
 
 
+# 20b's routing inside the batch-1 gate_up GEMV (as the GPU runs it), with PDL
+ROUTED = {"ROUTE": 1, "E": 32, "E_P2": 32, "K_P2": 4, "PDL": True}
+
+
+def fp16_gate_up(changes: dict) -> tuple[object, float]:
+    """The batch-1 gate_up GEMV at its default config with constexpr `changes` (ROUTED adds the
+    routing's arguments): (compiled, weights a thread handles a loop)."""
+    gu = moe.DECODE_FP16_GATE_UP
+    signature = GATE_UP_ARGS | (ROUTE_ARGS if changes.get("ROUTE") else {})
+    kernel = compile_sm90(moe._fp16_gate_up_kernel, signature,
+                          dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, SPLIT_K=gu["SPLIT_K"],
+                               BLOCK_PAIRS=gu["BLOCK_PAIRS"], GROUPS_PER_STEP=gu["GROUPS_PER_STEP"],
+                               **changes), gu["num_warps"])  # fmt: skip
+    return kernel, gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / (32 * gu["num_warps"])
+
+
+def fp16_down(changes: dict) -> tuple[object, float]:
+    """The batch-1 down GEMV at its default config with constexpr `changes`: (compiled, weights
+    a thread handles a loop)."""
+    dn = moe.DECODE_FP16_DOWN
+    kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
+                          dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10, SPLIT_K=dn["SPLIT_K"],
+                               BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],
+                               AHEAD=dn.get("AHEAD", 0), **changes), dn["num_warps"])  # fmt: skip
+    return kernel, dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"])
+
+
 def word_layouts() -> None:
     """Each GPU bit layout (mxfp4.LANE_LAYOUTS) in the kernels that unpack it as the GPU runs
     them: the batch-1 GEMVs (fp16 lanes) and v2 at 8 rows (C=64's decode), 16 (C=256) and 64
     (prefill) (bf16 lanes)."""
     from gossamer.model import mxfp4
 
-    gu, dn = moe.DECODE_FP16_GATE_UP, moe.DECODE_FP16_DOWN
     for name in mxfp4.LANE_LAYOUTS:
         layout = moe.layout_code_of(name)
-        kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS | ROUTE_ARGS,
-                              dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, SPLIT_K=gu["SPLIT_K"],
-                                   BLOCK_PAIRS=gu["BLOCK_PAIRS"],
-                                   GROUPS_PER_STEP=gu["GROUPS_PER_STEP"], LAYOUT=layout, ROUTE=1,
-                                   E=32, E_P2=32, K_P2=4, PDL=True), gu["num_warps"])  # fmt: skip
-        report(f"{name}: fp16 gate_up (routing)", kernel,
-               gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / (32 * gu["num_warps"]))  # fmt: skip
-        kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
-                              dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10, LAYOUT=layout,
-                                   BLOCK_ROWS=dn["BLOCK_ROWS"], SPLIT_K=dn["SPLIT_K"],
-                                   GROUPS_PER_STEP=dn["GROUPS_PER_STEP"], AHEAD=dn.get("AHEAD", 0)),
-                              dn["num_warps"])  # fmt: skip
-        report(f"{name}: fp16 down", kernel,
-               dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
+        report(f"{name}: fp16 gate_up (routing)", *fp16_gate_up({"LAYOUT": layout, **ROUTED}))
+        report(f"{name}: fp16 down", *fp16_down({"LAYOUT": layout}))
         for block_m in (8, 16, 64):
             changes = moe.V2_TILE_CHANGES.get(block_m, {}) | {"LAYOUT": layout}
             if block_m == 8:
@@ -221,31 +235,12 @@ def main() -> None:
     if args.layouts:
         word_layouts()
         return
-    gu, dn = moe.DECODE_FP16_GATE_UP, moe.DECODE_FP16_DOWN
-    kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS,
-                          dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, BLOCK_PAIRS=gu["BLOCK_PAIRS"],
-                               GROUPS_PER_STEP=gu["GROUPS_PER_STEP"], SPLIT_K=gu["SPLIT_K"]),
-                          gu["num_warps"])  # fmt: skip
-    threads = 32 * gu["num_warps"]
-    report("fp16 gate_up (default config)", kernel,
-           gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / threads)  # fmt: skip
+    report("fp16 gate_up (default config)", *fp16_gate_up({}))
     # as the GPU runs it: the repacked bit layout, 20b's routing in the GEMV; SCALES_T off / on
     for scales_t in (0, 1):
-        kernel = compile_sm90(moe._fp16_gate_up_kernel, GATE_UP_ARGS | ROUTE_ARGS,
-                              dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, SPLIT_K=gu["SPLIT_K"],
-                                   BLOCK_PAIRS=gu["BLOCK_PAIRS"],
-                                   GROUPS_PER_STEP=gu["GROUPS_PER_STEP"],
-                                   LAYOUT=moe.LAYOUT_FP16_LANES, ROUTE=1, E=32, E_P2=32, K_P2=4,
-                                   PDL=True, SCALES_T=scales_t), gu["num_warps"])  # fmt: skip
-        report(f"fp16 gate_up (fp16 lanes, routing, SCALES_T {scales_t})", kernel,
-               gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / threads)  # fmt: skip
-    kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
-                          dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10,
-                               BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],
-                               SPLIT_K=dn["SPLIT_K"], AHEAD=dn.get("AHEAD", 0)),
-                          dn["num_warps"])  # fmt: skip
-    report("fp16 down (default config)", kernel,
-           dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"]))  # fmt: skip
+        report(f"fp16 gate_up (fp16 lanes, routing, SCALES_T {scales_t})",
+               *fp16_gate_up({"LAYOUT": moe.LAYOUT_FP16_LANES, "SCALES_T": scales_t, **ROUTED}))  # fmt: skip
+    report("fp16 down (default config)", *fp16_down({}))
     old = moe.DECODE_GATE_UP
     kernel = compile_sm90(moe._decode_gate_up_kernel, OLD_GATE_UP_ARGS,
                           dict(H=H, INTER=INTER, TOP_K=4, PTX=False, BLOCK_PAIRS=old["BLOCK_PAIRS"],
