@@ -3,6 +3,7 @@
     python benchmarks/step_profile.py                         # 120b and 20b, batch 1 and 64
     python benchmarks/step_profile.py --models gpt-oss-120b --batch-sizes 1 --json profile.json
     python benchmarks/step_profile.py --smoke                 # CPU: built-in mini model, CPU ops
+    python benchmarks/step_profile.py --models gpt-oss-120b --prefill 8x1024   # one prefill step
 
 The model is built as decode_speed.py builds it: dummy weights, a ModelRunner with CUDA graphs for
 the batch sizes asked, random KV, every sequence at --context tokens. Per batch size:
@@ -19,7 +20,14 @@ the batch sizes asked, random KV, every sequence at --context tokens. Per batch 
 
 The eager kernels are the graph's kernels with two differences: eager attention is sized from the
 true context rather than the graph's max_model_len bound, and eager steps gather the logits rows
-first. With --smoke on a CPU there is no graph: the table lists CPU ops by self time, and the step
+first.
+
+--prefill PxL (comma-separated) profiles prefill steps instead of (or, with --batch-sizes, beside)
+decode steps: P new prompts of L random tokens each in one step, as the engine's chunked prefill
+packs them (8x1024 is one step of C=256's 1k prompts at the default 8,192-token budget). Prefill
+steps run eagerly in the engine too, so the step is timed eagerly; the table adds the step's
+matmul FLOPs (projections, experts, attention scores; the unembedding of the last tokens) and
+the rate they ran at. With --smoke on a CPU there is no graph: the table lists CPU ops by self time, and the step
 time is the eager loop's.
 
 On a GPU each model is profiled in a process of its own (CUPTI may collect nothing after a
@@ -35,9 +43,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -190,6 +200,84 @@ def profile_batch(runner: ModelRunner, name: str, batch: int, args) -> dict:
     }
 
 
+def parse_prefill(text: str) -> list[tuple[int, int]]:
+    """'8x1024,1x8192' -> [(8, 1024), (1, 8192)]: prompts x tokens per prompt."""
+    shapes = []
+    for item in filter(None, text.split(",")):
+        prompts, _, length = item.partition("x")
+        if not (prompts.isdigit() and length.isdigit() and int(prompts) and int(length)):
+            raise ValueError(f"--prefill wants PROMPTSxTOKENS, e.g. 8x1024; got {item!r}")
+        shapes.append((int(prompts), int(length)))
+    return shapes
+
+
+def prefill_flops(cfg, prompts: int, length: int) -> float:
+    """Matmul FLOPs of one prefill step of `prompts` fresh prompts of `length` tokens: the
+    attention and router projections, top-k experts (gate_up and down), QK^T and PV over the
+    causal (or sliding) context, and the unembedding of each prompt's last token."""
+    tokens = prompts * length
+    hidden, heads, dim = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
+    kv_heads = cfg.num_key_value_heads
+    projections = hidden * (heads + 2 * kv_heads) * dim + heads * dim * hidden
+    router = hidden * cfg.num_local_experts
+    experts = cfg.num_experts_per_tok * 3 * hidden * cfg.intermediate_size  # gate_up 2x, down 1x
+    flops = 0.0
+    for layer in range(cfg.num_hidden_layers):
+        window = cfg.sliding_window if cfg.layer_types[layer] == "sliding_attention" else length
+        keys = sum(min(i + 1, window) for i in range(length))  # per prompt, over its positions
+        flops += 2 * tokens * (projections + router + experts)
+        flops += 2 * 2 * heads * dim * keys * prompts  # QK^T and PV
+    return flops + 2 * prompts * hidden * cfg.vocab_size
+
+
+def profile_prefill(runner: ModelRunner, name: str, prompts: int, length: int, args) -> dict:
+    """Kernels of one prefill step of `prompts` fresh prompts of `length` tokens (eager, as the
+    engine runs prefill), beside its wall time and matmul rate."""
+    on_gpu = runner.device.type == "cuda"
+    cfg = runner.model.config
+    seqs = make_seqs(prompts, 0, math.ceil(args.max_len / BLOCK))
+    generator = torch.Generator().manual_seed(0)
+    for seq in seqs:
+        seq.token_ids = torch.randint(0, cfg.vocab_size, (length,), generator=generator).tolist()
+    step = partial(greedy_step, runner, seqs)
+    step_us = 1e6 * step_seconds_of(step, args.timed_steps, on_gpu)
+    prof = profile_steps(step, args.profile_steps, on_gpu)
+    launches, kernel_us = prof.per_step(prof.kernels)
+    copies, copy_us = prof.per_step(prof.copies)
+    flops = prefill_flops(cfg, prompts, length)
+    return {
+        "model": name,
+        "batch": prompts,
+        "prefill_tokens": prompts * length,
+        "context": length,
+        "num_layers": cfg.num_hidden_layers,
+        "step_timing": "eager prefill",
+        "event_unit": "GPU kernels" if on_gpu else "CPU ops, self time",
+        "step_us": step_us,
+        "eager_step_us": step_us,
+        "matmul_tflop": flops / 1e12,
+        "tflops": flops / step_us / 1e6,
+        "launches_per_step": launches,
+        "kernel_us_per_step": kernel_us,
+        "copies_per_step": copies,
+        "copy_us_per_step": copy_us,
+        "gaps_and_host_us": step_us - kernel_us - copy_us,
+        "kernels": [asdict(row) for row in kernel_table(prof, cfg.num_hidden_layers, step_us)],
+        "graph_profile": None,
+    }
+
+
+def step_seconds_of(step: Callable[[], object], steps: int, on_gpu: bool) -> float:
+    """Median seconds of `steps` runs of `step` after two warm-up runs."""
+    times = []
+    for run in range(2 + steps):
+        start = time.perf_counter()
+        step()  # greedy_step reads the picks on the host: the step has finished
+        if run >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def graph_profile(step: Callable[[], object], steps: int, graph_us: float) -> dict:
     """The graph steps' own events; launches_per_step 0 means the profiler saw none inside."""
     prof = profile_steps(step, steps, on_gpu=True)
@@ -205,8 +293,15 @@ def graph_profile(step: Callable[[], object], steps: int, graph_us: float) -> di
 
 def print_profile(result: dict, top: int) -> None:
     step_us = result["step_us"]
+    if "prefill_tokens" in result:
+        what = (
+            f"prefill {result['batch']}x{result['context']} ({result['prefill_tokens']} tokens, "
+            f"{result['matmul_tflop']:.3g} TFLOP of matmuls at {result['tflops']:.3g} TFLOP/s)"
+        )
+    else:
+        what = f"batch {result['batch']}, context {result['context']}"
     print(
-        f"\n{result['model']} batch {result['batch']}, context {result['context']}: step "
+        f"\n{result['model']} {what}: step "
         f"{step_us / 1e3:.3f} ms ({result['step_timing']}), eager {result['eager_step_us'] / 1e3:.2f}"
         f" ms; {result['launches_per_step']:.0f} {result['event_unit']} per step, "
         f"{result['kernel_us_per_step'] / 1e3:.3f} ms, {result['copies_per_step']:.0f} copies "
@@ -243,14 +338,15 @@ def print_graph_profile(graph: dict) -> None:
 
 def bench_model(name: str, args: argparse.Namespace) -> list[dict]:
     loaded = load_dummy(name, args.max_len, args.ops)
-    biggest = max(args.batch_sizes)
+    most_seqs = max(args.batch_sizes + [prompts for prompts, _ in args.prefill])
+    most_tokens = max(args.batch_sizes + [prompts * length for prompts, length in args.prefill])
     runner = ModelRunner(
         loaded.model,
-        num_blocks=1 + 2 * biggest * math.ceil(args.max_len / BLOCK),
+        num_blocks=1 + 2 * most_seqs * math.ceil(args.max_len / BLOCK),
         block_size=BLOCK,
-        max_num_seqs=biggest,
-        max_num_batched_tokens=biggest,
-        cuda_graphs=not args.no_cuda_graphs,
+        max_num_seqs=most_seqs,
+        max_num_batched_tokens=most_tokens,
+        cuda_graphs=not args.no_cuda_graphs and bool(args.batch_sizes),
         graph_sizes=tuple(args.batch_sizes),
         kv_cache_dtype=kv_cache_dtype(args.kv_cache_dtype, loaded.model.dtype, loaded.model.device),
     )
@@ -264,6 +360,10 @@ def bench_model(name: str, args: argparse.Namespace) -> list[dict]:
             step = partial(greedy_step, runner, seqs)
             result["graph_profile"] = graph_profile(step, args.profile_steps, result["step_us"])
             print_graph_profile(result["graph_profile"])
+        results.append(result)
+    for prompts, length in args.prefill:
+        result = profile_prefill(runner, Path(name).name, prompts, length, args)
+        print_profile(result, args.top)
         results.append(result)
     del runner, loaded
     if torch.cuda.is_available():
@@ -285,14 +385,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-graph-profile", action="store_true", help="skip profiling the graph replays"
     )
+    parser.add_argument(
+        "--prefill", default="", help="prefill steps to profile, PROMPTSxTOKENS[,...] (8x1024)"
+    )
     parser.add_argument("--smoke", action="store_true", help="mini model, tiny shapes (CPU)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    args.prefill = parse_prefill(args.prefill)
+    if args.prefill and args.batch_sizes is None:
+        args.batch_sizes = ""  # prefill alone unless decode batches are asked for too
     defaults = {"batch_sizes": "1,64", "context": 1024, "profile_steps": 5, "timed_steps": 64}
     fill_defaults(args, defaults, SMOKE)
-    args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
+    args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b]
     # as decode_speed.py sizes it: the timed steps advance the context
-    args.max_len = args.context + args.timed_steps + 16
+    longest = max([args.context] + [length for _, length in args.prefill])
+    args.max_len = longest + args.timed_steps + 16
     return args
 
 
@@ -302,10 +409,12 @@ def profile_in_child(name: str, args: argparse.Namespace) -> list[dict]:
     graphs must not be captured where the previous model was profiled."""
     flags = [
         *("--models", name, "--batch-sizes", ",".join(map(str, args.batch_sizes))),
+        *("--kv-cache-dtype", args.kv_cache_dtype),
         *("--context", str(args.context), "--profile-steps", str(args.profile_steps)),
         *("--timed-steps", str(args.timed_steps), "--top", str(args.top), "--ops", args.ops),
         *(["--no-cuda-graphs"] if args.no_cuda_graphs else []),
         *(["--no-graph-profile"] if args.no_graph_profile else []),
+        *("--prefill", ",".join(f"{p}x{n}" for p, n in args.prefill)),
     ]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "profile.json"

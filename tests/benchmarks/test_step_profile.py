@@ -55,3 +55,37 @@ def test_smoke_profile_over_an_fp8_cache(benchmark_script, tmp_path):
     record = json.loads(path.read_text())
     assert [p["batch"] for p in record["profiles"]] == [2]
     assert record["profiles"][0]["kernels"]
+
+
+def test_prefill_shapes_parse_and_bad_ones_say_what_is_wanted(benchmark_script):
+    bench = benchmark_script("step_profile")
+    assert bench.parse_prefill("8x1024,1x8192") == [(8, 1024), (1, 8192)]
+    assert bench.parse_prefill("") == []
+    for bad in ("8", "0x16", "8x", "ax16"):
+        with pytest.raises(ValueError, match="PROMPTSxTOKENS"):
+            bench.parse_prefill(bad)
+
+
+def test_prefill_flops_count_each_matmul_once(benchmark_script):
+    from gossamer.config import ModelConfig
+
+    cfg = ModelConfig(
+        num_hidden_layers=2, hidden_size=8, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=4, intermediate_size=6, num_local_experts=5, num_experts_per_tok=2,
+        vocab_size=10, sliding_window=2, layer_types=("sliding_attention", "full_attention"),
+    )  # fmt: skip
+    # 2 prompts of 3 tokens: projections 8*(2+2)*4 + 2*4*8 = 192, router 40, experts 2*3*8*6 = 288
+    per_token_layer = 192 + 40 + 288
+    keys = (1 + 2 + 2) + (1 + 2 + 3)  # sliding window 2, then causal over 3 positions
+    expected = 2 * 6 * 2 * per_token_layer + 4 * 2 * 4 * keys * 2 + 2 * 2 * 8 * 10
+    assert benchmark_script("step_profile").prefill_flops(cfg, 2, 3) == expected
+
+
+def test_smoke_prefill_profile(benchmark_script, tmp_path):
+    path = tmp_path / "profile.json"
+    benchmark_script("step_profile").main(["--smoke", "--prefill", "2x12", "--json", str(path)])
+    (profile,) = json.loads(path.read_text())["profiles"]  # prefill alone: no decode batches
+    assert profile["step_timing"] == "eager prefill"
+    assert profile["batch"] == 2 and profile["prefill_tokens"] == 24
+    assert profile["kernels"] and profile["matmul_tflop"] > 0
+    assert profile["tflops"] == pytest.approx(profile["matmul_tflop"] * 1e6 / profile["step_us"])
