@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 32, call 2 (~8 min, the card call 1 left warm): README's C=256 in the layout that won
-# call 1's layer at 64 tokens ($1) and in the default, C=64 in $1 again (a second pair), then
+# call 1's layer at 64 tokens ($1) and in the default, C=64 in $1 a second time, then
 # (added in session 33, before this ever ran) the first profile of a prefill step:
 # step_profile.py --prefill 8x1024, one step of C=256's 1k prompts at the 8,192-token budget.
 set -u
