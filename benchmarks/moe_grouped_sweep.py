@@ -119,6 +119,8 @@ def main() -> None:
                         help="instead of the sweep: the defaults and --warps at each BLOCK_M "
                              "(comma-separated) at --tokens and each --confirm count")  # fmt: skip
     parser.add_argument("--warps", default="4,8", help="num_warps tried with --block-ms")
+    parser.add_argument("--maxnregs", default="0",
+                        help="maxnreg launch options tried with --block-ms (0: ptxas's choice)")  # fmt: skip
     parser.add_argument(
         "--block-m",
         type=int,
@@ -178,21 +180,24 @@ def main() -> None:
 
 
 def block_m_rows(experts, args, bw: float) -> list[dict]:
-    """The default tiles (num_warps from --warps) at each M-tile height: BLOCK_M 8 runs the MMA
-    column tile at 8 (mma.sync on sm_90) where 16 takes wgmma, for batches of ~2 rows an expert."""
+    """The default tiles (num_warps from --warps, maxnreg from --maxnregs) at each M-tile height:
+    BLOCK_M 8 runs the MMA column tile at 8 (mma.sync on sm_90) where 16 takes wgmma, for batches
+    of ~2 rows an expert. maxnreg 128 lets two 256-thread CTAs share an SM (prefill's 128-row
+    tiles take 199-247 registers unbounded: one CTA an SM)."""
     rows = []
-    for tokens in [args.tokens] + [int(t) for t in args.confirm.split(",") if t]:
-        for block_m in (int(b) for b in args.block_ms.split(",")):
-            for warps in (int(w) for w in args.warps.split(",")):
-                gu = moe.GROUPED_V2_GATE_UP | {"num_warps": warps}
-                dn = moe.GROUPED_V2_DOWN | {"num_warps": warps}
-                try:
-                    row = time_layer(experts, tokens, gu, dn, bw, block_m)
-                except Exception as exc:  # noqa: BLE001 -- a failed compile is a result
-                    print(f"T={tokens} BLOCK_M {block_m} w{warps} failed: {exc}"[:300])
-                    continue
-                _print(row, f"BLOCK_M {block_m:3d} w{warps}")
-                rows.append(row)
+    shapes = list(itertools.product(_ints(args.block_ms), _ints(args.warps), _ints(args.maxnregs)))
+    for tokens in [args.tokens] + _ints(args.confirm):
+        for block_m, warps, maxnreg in shapes:
+            gu = _with_maxnreg(moe.GROUPED_V2_GATE_UP | {"num_warps": warps}, maxnreg)
+            dn = _with_maxnreg(moe.GROUPED_V2_DOWN | {"num_warps": warps}, maxnreg)
+            name = f"BLOCK_M {block_m:3d} w{warps}" + (f" maxnreg={maxnreg}" if maxnreg else "")
+            try:
+                row = time_layer(experts, tokens, gu, dn, bw, block_m)
+            except Exception as exc:  # noqa: BLE001 -- a failed compile is a result
+                print(f"T={tokens} {name} failed: {exc}"[:300])
+                continue
+            _print(row, name)
+            rows.append(row | {"maxnreg": maxnreg})
     return rows
 
 
