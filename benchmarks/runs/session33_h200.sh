@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Written in session 33 for an H200 (no H200 came; ~7 min, runs on either card): the word layouts'
 # layer A/B at 1, 64, 256 and 4096 tokens (session 33 ran session32_call1.sh's on an H100: -1.1%
-# at 64 tokens, -3.3% at 4096, +1.4-5.3% at 1); prefill's 128-row tiles held to 128 or 168 registers (two CTAs an SM at
-# 128, with ~12 spill loads and stores a loop offline) against the 64-row default at 8,192 and
-# 4,096 tokens; then README's C=64 in the layer's winner at 64 tokens and in the default.
+# at 64 tokens, -3.3% at 4096, +1.4-5.3% at 1); prefill's 128-row tiles held to 128 or 168
+# registers (two CTAs an SM at 128, with ~12 spill loads and stores a loop offline) against the
+# 64-row default at 8,192 and 4,096 tokens; then README's C=64 in the layer's winner at 64 tokens
+# and in the default.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s33h200; . benchmarks/runs/step.sh
