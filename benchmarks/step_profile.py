@@ -27,8 +27,10 @@ decode steps: P new prompts of L random tokens each in one step, as the engine's
 packs them (8x1024 is one step of C=256's 1k prompts at the default 8,192-token budget). Prefill
 steps run eagerly in the engine too, so the step is timed eagerly; the table adds the step's
 matmul FLOPs (projections, experts, attention scores; the unembedding of the last tokens) and
-the rate they ran at. With --smoke on a CPU there is no graph: the table lists CPU ops by self time, and the step
-time is the eager loop's.
+the rate they ran at.
+
+With --smoke on a CPU there is no graph: the table lists CPU ops by self time, and the step time
+is the eager loop's.
 
 On a GPU each model is profiled in a process of its own (CUPTI may collect nothing after a
 profiler session that ran before a graph capture, and the next model's graphs are captured then).
@@ -240,7 +242,7 @@ def profile_prefill(runner: ModelRunner, name: str, prompts: int, length: int, a
     for seq in seqs:
         seq.token_ids = torch.randint(0, cfg.vocab_size, (length,), generator=generator).tolist()
     step = partial(greedy_step, runner, seqs)
-    step_us = 1e6 * step_seconds_of(step, args.timed_steps, on_gpu)
+    step_us = 1e6 * median_seconds(step, args.timed_steps)
     prof = profile_steps(step, args.profile_steps, on_gpu)
     launches, kernel_us = prof.per_step(prof.kernels)
     copies, copy_us = prof.per_step(prof.copies)
@@ -267,7 +269,7 @@ def profile_prefill(runner: ModelRunner, name: str, prompts: int, length: int, a
     }
 
 
-def step_seconds_of(step: Callable[[], object], steps: int, on_gpu: bool) -> float:
+def median_seconds(step: Callable[[], object], steps: int) -> float:
     """Median seconds of `steps` runs of `step` after two warm-up runs."""
     times = []
     for run in range(2 + steps):
