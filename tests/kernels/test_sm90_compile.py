@@ -8,13 +8,9 @@ for an sm_90 target without a GPU (`benchmarks/sass_counts.py`), which catches t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from gossamer.testing import REPO_ROOT
+from gossamer.testing import run_compiling
 
 # Run in a fresh interpreter: this process imported Triton in interpreter mode (conftest.py), whose
 # jit functions the compiler cannot take.
@@ -43,10 +39,7 @@ for changes in ({}, {"SYNC": True}, {"SYNC": True, "REP": 2}, {"SYNC": True, "ma
 
 
 def test_route_and_v2_kernels_compile_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "benchmarks"), str(REPO_ROOT)])
-    done = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = run_compiling(COMPILE_SCRIPT)
     if done.returncode != 0:
         pytest.fail(f"compile for sm_90 failed:\n{done.stderr[-3000:]}")
     compiled = done.stdout.split()
