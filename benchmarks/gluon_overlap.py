@@ -17,7 +17,6 @@ the HGMMAs' issue and their wait (overlapped) or not, and any write to the in-fl
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -33,7 +32,6 @@ import sass_counts  # noqa: E402
 import wgmma_hazards  # noqa: E402
 
 UNPACK_OPCODES = ("LOP3", "IMAD.SHL", "SHF")  # the stand-in unpack's instructions in SASS
-_OPCODE = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)")
 
 
 @gluon.jit
@@ -92,14 +90,14 @@ def unpack_in_flight(opcodes: list[str]) -> int:
 
 
 def report(overlap: bool) -> dict:
-    lines = sass_counts.loop_lines(sass_counts.sass(compile_probe(overlap)))
-    opcodes = [m.group(1) for line in lines if (m := _OPCODE.match(line))]
+    body = wgmma_hazards.loop_body(sass_counts.loop_lines(sass_counts.sass(compile_probe(overlap))))
+    opcodes = [opcode for opcode, _ in body]
     return {
         "overlap": overlap,
         "loop_instructions": len(opcodes),
         "unpack_in_flight": unpack_in_flight(opcodes),
         "unpack_total": sum(op.startswith(UNPACK_OPCODES) for op in opcodes),
-        "hazards": wgmma_hazards.hazards(wgmma_hazards.loop_body(lines)),
+        "hazards": wgmma_hazards.hazards(body),
     }
 
 

@@ -181,23 +181,31 @@ def profile_batch(runner: ModelRunner, name: str, batch: int, args) -> dict:
         )
     timed_seqs = make_seqs(batch, args.context, blocks_per_seq)
     graph_us = 1e6 * step_seconds(runner, timed_seqs, args.timed_steps)
-    launches, kernel_us = eager_prof.per_step(eager_prof.kernels)
-    copies, copy_us = eager_prof.per_step(eager_prof.copies)
     return {
         "model": name,
         "batch": batch,
         "context": args.context,
-        "num_layers": num_layers,
         "step_timing": "cuda graph replay" if runner.graphs else "eager (no graphs)",
-        "event_unit": "GPU kernels" if on_gpu else "CPU ops, self time",
-        "step_us": graph_us,
         "eager_step_us": eager_us,
+        **step_fields(eager_prof, num_layers, graph_us, on_gpu),
+    }
+
+
+def step_fields(prof: Profile, num_layers: int, step_us: float, on_gpu: bool) -> dict:
+    """A profile's entries shared by decode and prefill steps: per-step launches, kernel and copy
+    time, what is left of `step_us` (gaps + host), and the kernel table."""
+    launches, kernel_us = prof.per_step(prof.kernels)
+    copies, copy_us = prof.per_step(prof.copies)
+    return {
+        "num_layers": num_layers,
+        "event_unit": "GPU kernels" if on_gpu else "CPU ops, self time",
+        "step_us": step_us,
         "launches_per_step": launches,
         "kernel_us_per_step": kernel_us,
         "copies_per_step": copies,
         "copy_us_per_step": copy_us,
-        "gaps_and_host_us": graph_us - kernel_us - copy_us,
-        "kernels": [asdict(row) for row in kernel_table(eager_prof, num_layers, graph_us)],
+        "gaps_and_host_us": step_us - kernel_us - copy_us,
+        "kernels": [asdict(row) for row in kernel_table(prof, num_layers, step_us)],
         "graph_profile": None,
     }
 
@@ -244,28 +252,17 @@ def profile_prefill(runner: ModelRunner, name: str, prompts: int, length: int, a
     step = partial(greedy_step, runner, seqs)
     step_us = 1e6 * median_seconds(step, args.timed_steps)
     prof = profile_steps(step, args.profile_steps, on_gpu)
-    launches, kernel_us = prof.per_step(prof.kernels)
-    copies, copy_us = prof.per_step(prof.copies)
     flops = prefill_flops(cfg, prompts, length)
     return {
         "model": name,
         "batch": prompts,
         "prefill_tokens": prompts * length,
         "context": length,
-        "num_layers": cfg.num_hidden_layers,
         "step_timing": "eager prefill",
-        "event_unit": "GPU kernels" if on_gpu else "CPU ops, self time",
-        "step_us": step_us,
         "eager_step_us": step_us,
         "matmul_tflop": flops / 1e12,
         "tflops": flops / step_us / 1e6,
-        "launches_per_step": launches,
-        "kernel_us_per_step": kernel_us,
-        "copies_per_step": copies,
-        "copy_us_per_step": copy_us,
-        "gaps_and_host_us": step_us - kernel_us - copy_us,
-        "kernels": [asdict(row) for row in kernel_table(prof, cfg.num_hidden_layers, step_us)],
-        "graph_profile": None,
+        **step_fields(prof, cfg.num_hidden_layers, step_us, on_gpu),
     }
 
 
