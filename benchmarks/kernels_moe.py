@@ -283,6 +283,32 @@ def main() -> None:
     print(f"# {time.time() - started:.0f} s")
 
 
+def print_medians(rows: list[dict], key: str, names: list[str]) -> None:
+    """Median us of each `key` value (names) at each token count, and against names[0]: the
+    closing table of the interleaved A/B scripts (word_layouts_ab.py, gluon_moe_ab.py)."""
+    print(f"median us per {key} (and against {names[0]}):")
+    for tokens in sorted({r["tokens"] for r in rows}):
+
+        def median_us(name: str, tokens: int = tokens) -> float:
+            return statistics.median(r["us"] for r in rows
+                                     if r["tokens"] == tokens and r[key] == name)  # fmt: skip
+
+        base = median_us(names[0])
+        for name in names:
+            us = median_us(name)
+            print(f"T={tokens:5d} {name:14s} {us:9.1f} us  {100 * (us / base - 1):+6.1f}%")
+
+
+def write_rows(path: str, rows: list[dict], bandwidth: float) -> None:
+    """The A/B scripts' JSON: the machine, the versions, the copy bandwidth and the rows."""
+    import triton
+
+    with open(path, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "triton": triton.__version__, "python": platform.python_version(),
+                   "copy_bandwidth_bytes_s": bandwidth, "rows": rows}, f, indent=1)  # fmt: skip
+
+
 def _write(result: dict) -> None:
     out_dir = os.environ.get("OUT")
     if out_dir:

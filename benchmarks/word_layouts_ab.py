@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import platform
 import statistics
 
 import torch
@@ -31,6 +29,8 @@ from kernels_moe import (
     floor_bytes,
     make_calls,
     make_experts,
+    print_medians,
+    write_rows,
 )
 from timing import copy_bandwidth, graph_seconds_per_call
 
@@ -74,20 +74,9 @@ def main() -> None:
                       f"{row['floor_us']:8.1f}  ok={row['ok']} err={row['rel_err']:.1e}",
                       flush=True)  # fmt: skip
                 rows.append(row)
-    print("median us per layout (and against the first):")
-    first = args.layouts.split(",")[0]
-    for tokens in sorted({r["tokens"] for r in rows}):
-        base = statistics.median(r["us"] for r in rows if r["tokens"] == tokens and
-                                 r["layout"] == first)  # fmt: skip
-        for layout in args.layouts.split(","):
-            us = statistics.median(r["us"] for r in rows
-                                   if r["tokens"] == tokens and r["layout"] == layout)  # fmt: skip
-            print(f"T={tokens:5d} {layout:12s} {us:9.1f} us  {100 * (us / base - 1):+6.1f}%")
+    print_medians(rows, "layout", args.layouts.split(","))
     path = args.json or os.path.join(os.environ.get("OUT", "."), "word_layouts_ab.json")
-    with open(path, "w") as f:
-        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "triton": triton.__version__, "python": platform.python_version(),
-                   "copy_bandwidth_bytes_s": bandwidth, "rows": rows}, f, indent=1)  # fmt: skip
+    write_rows(path, rows, bandwidth)
 
 
 if __name__ == "__main__":

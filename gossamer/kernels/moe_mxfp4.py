@@ -3316,6 +3316,16 @@ def _v2_padded_scales(scales: torch.Tensor, groups_per_step: int) -> tuple[torch
     return padded, width
 
 
+# Prefill's tiles (V2_MAX_BLOCK_M rows) through `moe_gluon`'s kernels, which overlap the
+# dequantization with the wgmmas (Hopper only; GOSSAMER_MOE_GLUON=1). Not measured yet: off.
+# GOSSAMER_MOE_GLUON_BLOCK_M=128 takes 128-token tiles where experts average that many pairs;
+# GOSSAMER_MOE_GLUON_WARPS and _MAXNREG set the programs' warps and registers a thread.
+GLUON_PREFILL = os.environ.get("GOSSAMER_MOE_GLUON", "0") == "1"
+GLUON_BLOCK_M = int(os.environ.get("GOSSAMER_MOE_GLUON_BLOCK_M", "64"))
+GLUON_OPTIONS = {"num_warps": int(os.environ.get("GOSSAMER_MOE_GLUON_WARPS", "8")),
+                 "maxnreg": int(os.environ.get("GOSSAMER_MOE_GLUON_MAXNREG", "0")) or None}  # fmt: skip
+
+
 def moe_mxfp4_grouped_v2(
     x: torch.Tensor,
     router_logits: torch.Tensor,
@@ -3334,6 +3344,13 @@ def moe_mxfp4_grouped_v2(
     num_tokens, hidden, num_experts, inter = _check(x, router_logits, experts, top_k)
     num_pairs = num_tokens * top_k
     block_m = block_m or _v2_block_m(num_pairs, num_experts)
+    if GLUON_PREFILL and block_m >= V2_MAX_BLOCK_M and not (gate_up_config or down_config):
+        from gossamer.kernels import moe_gluon  # Triton >= 3.6; only compiled on Hopper
+
+        if moe_gluon.supported(x.device) and moe_gluon.takes(experts, x.dtype, hidden, inter):
+            gluon_m = GLUON_BLOCK_M if num_pairs >= GLUON_BLOCK_M * num_experts else 64
+            return moe_gluon.moe_mxfp4_gluon(x, router_logits, experts, top_k, swiglu_limit,
+                                             swiglu_alpha, gluon_m, **GLUON_OPTIONS)  # fmt: skip
     default_gu, default_dn = v2_configs(block_m)
     gu = dict(gate_up_config or default_gu)
     dn = dict(down_config or default_dn)
