@@ -6,12 +6,20 @@ step's wgmmas and wait for them before the next step dequantizes: `tl.dot` gives
 the registers of an in-flight wgmma's A operand untouched, so the tensor cores idle while the
 weights unpack (thirty-third session: a third of the H100's bf16 peak in a prefill step). Gluon
 exposes the wgmma's asynchrony: `warpgroup_mma(..., is_async=True)` returns a token and
-`warpgroup_mma_wait(0, deps=[token, w])` keeps `w` alive until the wait, so each step here runs
+`warpgroup_mma_wait(0, deps=[token, w])` keeps `w` alive until the wait. Each step of 128 K
+positions runs in two halves of 4 wgmmas (K 0-63, 64-127):
 
-    issue step i's wgmmas (A: step i's weights in registers, B: step i's activations in smem)
-    start the async copy of step i + STAGES - 1's activations, load step i + 3's words
-    dequantize step i + 1's words into a second register set
-    wait for step i's wgmmas
+    issue the first half's wgmmas (A: its weights in registers, B: the activations in smem)
+    dequantize the second half's weights; wait
+    issue the second half's wgmmas
+    read step i + 1's words from shared memory, dequantize its first half; wait
+
+so at most two halves of A operands (32 registers a thread) are alive: at 125 registers, two
+programs of 8 warps share an SM (session 34, H100: one program an SM with whole steps in flight
+ran 23-34% slower than v2, which keeps two; held to 128 registers ptxas serialized it, and it
+tied v2). A ring of STAGES shared-memory stages, each step's activations and the next step's
+words, is filled by async copies STAGES - 1 steps ahead; each thread copies the two 16-byte
+word runs it reads back.
 
 Everything else is v2's: the same routing kernel writes x in v2's K order (4 groups a step, not
 the mma.sync order), the same expert schedule, the act and output tensors in the same layouts, and
