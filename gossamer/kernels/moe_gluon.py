@@ -21,6 +21,12 @@ tied v2). A ring of STAGES shared-memory stages, each step's activations and the
 words, is filled by async copies STAGES - 1 steps ahead; each thread copies the two 16-byte
 word runs it reads back.
 
+Measured (session 34, H100, `benchmarks/gluon_moe_ab.py`, one 120b layer): this loop is right
+and within 1-2% of v2 (+1.9% at 2,048 tokens, +1.3% at 4,096, +1.0% at 8,192), not faster: with
+two programs an SM, overlapping one program's dequantization with its own wgmmas adds nothing
+to what the other program's already gives. So it stays off (`moe_mxfp4.GLUON_PREFILL`); it is
+kept as the base for layouts `tl.dot` cannot express (benchmarks/NOTES.md has the next ideas).
+
 Everything else is v2's: the same routing kernel writes x in v2's K order (4 groups a step, not
 the mma.sync order), the same expert schedule, the act and output tensors in the same layouts, and
 the same unpack recipes (`moe_mxfp4._v2_pair_bits`) for every word layout. A program takes 16
