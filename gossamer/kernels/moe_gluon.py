@@ -174,8 +174,8 @@ def _step(acc, w0, words, scales, next_scales, far_scales, x_smem, w_smem, x_ptr
           s_ptr, rows, gl_idx, step, G: gl.constexpr, FULL: gl.constexpr,
           a_layout: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
     """One whole step in two halves of 4 wgmmas (K positions 0-63, 64-127): while the first
-    half's run (A: w0), the second half's weights are dequantized; while the second's run, the
-    first half of step + 1 (its words from this stage). Step + STAGES - 1's activations and step
+    half's wgmmas run (A: w0), the second half's weights are dequantized; while the second
+    half's run, the first half of step + 1 (its words from this stage). Step + STAGES - 1's activations and step
     + STAGES's words are copied, step + 3's scales loaded. Two halves in flight at most (32
     registers a thread of A operands) leave room for two programs of 8 warps an SM.
     -> (acc, step + 1's first-half weights, its words, the scales rotated by one)."""
@@ -191,8 +191,9 @@ def _step(acc, w0, words, scales, next_scales, far_scales, x_smem, w_smem, x_ptr
     token = hopper.warpgroup_mma(w0, x_tile.slice(0, 64, dim=1).permute((1, 0)), acc,
                                  is_async=True)  # fmt: skip
     w1 = _dequantized_half(words, scales, 1, a_layout, LAYOUT)
-    # w1 passes through the wait so that it is computed before it (else ptxas dequantizes
-    # after the wait, into the registers the wait frees)
+    # w1 passes through the wait so that LLVM computes it before the wait. The deps are an
+    # LLVM-level use only (ptxas sees a comment) and ptxas may still sink work below the wait;
+    # the offline SASS (gluon_moe_sass.py) shows where it went.
     acc, _, w1 = hopper.warpgroup_mma_wait(0, deps=[token, w0, w1])
     token = hopper.warpgroup_mma(w1, x_tile.slice(64, 64, dim=1).permute((1, 0)), acc,
                                  is_async=True)  # fmt: skip
@@ -261,9 +262,9 @@ def _matmul(x_rows, w_ptr, s_ptr, rows, K: gl.constexpr, BLOCK_M: gl.constexpr,
 
 
 @gluon.jit
-def _tile_rows(BLOCK_M: gl.constexpr):
-    """Index tensors of a program's weight rows: ([R, 1, 1] in `_words_layout`, [R] in the
-    accumulator's row slice), R = 16 warps; row 16 w + 8 d + r of both is warp w's d-th half."""
+def _tile_rows():
+    """A program's weight rows 0 .. R - 1 as [R, 1, 1] in `_words_layout` (R = 16 warps): row
+    16 w + 8 d + r is warp w's d-th half, as in the wgmma accumulator."""
     NW: gl.constexpr = gl.num_warps()
     R: gl.constexpr = 16 * NW
     words_layout: gl.constexpr = _words_layout(NW)
@@ -305,7 +306,7 @@ def gate_up_kernel(
         # rows past the expert's end read token 0's activations; their results are never stored
         pair = gl.load(sorted_pairs_ptr + sorted_row, mask=sorted_row < row_end, other=0)
         x_rows = x_ptr + gl.expand_dims((pair // TOP_K).to(gl.int64) * X_WIDTH, 1)
-        t = _tile_rows(BLOCK_M)  # 16 w + 8 d + r: pair 8 w + r, gate (d = 0) or up (d = 1)
+        t = _tile_rows()  # 16 w + 8 d + r: pair 8 w + r, gate (d = 0) or up (d = 1)
         pair_index = gl.minimum(pid_n * BP + 8 * (t // 16) + t % 8, INTER - 1)  # clamped: unstored
         rows = e64 * (2 * INTER) + 2 * pair_index + (t // 8) % 2
         acc = _matmul(x_rows, w_ptr, scales_ptr, rows, H, BLOCK_M, LAYOUT)
@@ -360,7 +361,7 @@ def down_kernel(
         # rows past the expert's end re-read its last row (in bounds); never stored
         act_row = gl.minimum(sorted_row, row_end - 1)
         x_rows = act_ptr + gl.expand_dims(act_row.to(gl.int64) * X_WIDTH, 1)
-        rows = e64 * H + gl.minimum(pid_n * R + _tile_rows(BLOCK_M), H - 1)
+        rows = e64 * H + gl.minimum(pid_n * R + _tile_rows(), H - 1)
         acc = _matmul(x_rows, w_ptr, scales_ptr, rows, INTER, BLOCK_M, LAYOUT)
 
         acc_layout: gl.constexpr = _acc_layout(NW, BLOCK_M)
