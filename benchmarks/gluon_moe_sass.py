@@ -37,7 +37,7 @@ DOWN_ARGS = dict(act_ptr="*bf16", sorted_pairs_ptr="*i32", route_w_ptr="*fp32",
 
 def compile_kernel(name: str, block_m: int, layout: str = mxfp4.LAYOUT_FP16_LANES,
                    num_warps: int = moe_gluon.WARPS, maxnreg: int | None = None):  # fmt: skip
-    width = HIDDEN // moe_gluon._STEP * moe_gluon._STEP + moe_gluon._STEP  # padded to whole steps
+    width = moe_mxfp4._v2_padded(HIDDEN, moe_gluon.GROUPS_PER_STEP)
     common = dict(E=128, E_P2=128, BLOCK_M=block_m,
                   LAYOUT=moe_mxfp4.layout_code_of(layout), H=HIDDEN, INTER=INTER)  # fmt: skip
     if name == "gate_up":
