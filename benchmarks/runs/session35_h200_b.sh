@@ -11,3 +11,6 @@ TAILN=8 step b1_layouts 200 python3 benchmarks/fusion_ab.py --models gpt-oss-120
 TP="benchmarks/throughput.py --input-len 1024 --output-len 1024 --models gpt-oss-120b --concurrency 64"
 TAILN=3 step tp120_c64_best 100 env GOSSAMER_MXFP4_LAYOUT=$BEST python3 $TP --json $R/tp120_c64_best.json
 TAILN=3 step tp120_c64 100 python3 $TP --json $R/tp120_c64.json
+# the first per-kernel profile of a batch-256 step (C=256's decode, 54% of its floor; only
+# batch 64's has been read): where the 16-row tiles' step goes
+TAILN=30 step profile_b256 120 python3 benchmarks/step_profile.py --models gpt-oss-120b --batch-sizes 256 --context 1024 --top 24 --json $R/profile_b256.json

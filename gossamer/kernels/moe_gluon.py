@@ -126,15 +126,21 @@ def _bf16_pairs(pairs, scale_pairs):
 
 
 @gluon.jit
+def _half_values(words, scales, HALF: gl.constexpr, LAYOUT: gl.constexpr):
+    """words [R, 4, 4] int32 + scales [R, 4] uint8 -> the bf16 weights * 2^-64 of codes j with
+    j // 2 == HALF of each word: [R, gl, wi, h, j % 2]."""
+    pairs, _ = gl.broadcast(gl.expand_dims(moe_mxfp4._bf16_scale_pairs(scales), 2), words)
+    q0 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 2 * HALF, LAYOUT), pairs)
+    q1 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 2 * HALF + 1, LAYOUT), pairs)
+    return gl.join(q0, q1)
+
+
+@gluon.jit
 def _dequantized(words, scales, a_layout: gl.constexpr, LAYOUT: gl.constexpr):
     """words [R, 4, 4] int32 + scales [R, 4] uint8 -> [R, 128] bf16 weights * 2^-64 in v2's K
     order, as the wgmma's A operand (asserted free of data movement)."""
-    pairs, _ = gl.broadcast(gl.expand_dims(moe_mxfp4._bf16_scale_pairs(scales), 2), words)
-    q0 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 0, LAYOUT), pairs)
-    q1 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 1, LAYOUT), pairs)
-    q2 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 2, LAYOUT), pairs)
-    q3 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 3, LAYOUT), pairs)
-    values = gl.join(gl.join(q0, q1), gl.join(q2, q3))  # [R, gl, wi, h, j % 2, j // 2]
+    low, high = _half_values(words, scales, 0, LAYOUT), _half_values(words, scales, 1, LAYOUT)
+    values = gl.join(low, high)  # [R, gl, wi, h, j % 2, j // 2]
     values = gl.permute(values, (0, 5, 4, 2, 1, 3))  # [R, j // 2, j % 2, wi, gl, h]
     values = gl.reshape(values, (words.shape[0], 128))
     return gl.convert_layout(values, a_layout, assert_trivial=True)
@@ -145,11 +151,8 @@ def _dequantized_half(words, scales, HALF: gl.constexpr, a_layout: gl.constexpr,
                       LAYOUT: gl.constexpr):  # fmt: skip
     """`_dequantized`'s K positions 64 HALF .. 64 HALF + 63 of the step: [R, 64] (codes j of
     each word with j // 2 == HALF), as the A operand of the step's HALF-th 4 wgmmas."""
-    pairs, _ = gl.broadcast(gl.expand_dims(moe_mxfp4._bf16_scale_pairs(scales), 2), words)
-    q0 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 2 * HALF, LAYOUT), pairs)
-    q1 = _bf16_pairs(moe_mxfp4._v2_pair_bits(words, 2 * HALF + 1, LAYOUT), pairs)
-    values = gl.permute(gl.join(q0, q1), (0, 4, 2, 1, 3))  # [R, j % 2, wi, gl, h]
-    values = gl.reshape(values, (words.shape[0], 64))
+    values = gl.permute(_half_values(words, scales, HALF, LAYOUT), (0, 4, 2, 1, 3))
+    values = gl.reshape(values, (words.shape[0], 64))  # [R, j % 2, wi, gl, h] flattened
     return gl.convert_layout(values, a_layout, assert_trivial=True)
 
 
