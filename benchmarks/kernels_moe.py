@@ -299,14 +299,15 @@ def print_medians(rows: list[dict], key: str, names: list[str]) -> None:
             print(f"T={tokens:5d} {name:14s} {us:9.1f} us  {100 * (us / base - 1):+6.1f}%")
 
 
-def write_rows(path: str, rows: list[dict], bandwidth: float) -> None:
-    """The A/B scripts' JSON: the machine, the versions, the copy bandwidth and the rows."""
+def write_rows(path: str, rows: list[dict], bandwidth: float, **extra) -> None:
+    """The A/B scripts' JSON: the machine, the versions, the copy bandwidth, the rows and any
+    `extra` keys."""
     import triton
 
     with open(path, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "triton": triton.__version__, "python": platform.python_version(),
-                   "copy_bandwidth_bytes_s": bandwidth, "rows": rows}, f, indent=1)  # fmt: skip
+                   "copy_bandwidth_bytes_s": bandwidth, "rows": rows, **extra}, f, indent=1)  # fmt: skip
 
 
 def _write(result: dict) -> None:
