@@ -9,13 +9,15 @@ token, ~27% two (Poisson with mean 2). v2 dequantizes each busy expert's weights
 count (bf16 lanes, ~2.7-3.2 instructions a weight offline); the grouped GEMV unpacks fp16 lanes
 and pays its HFMA2s per token (2.21 instructions a weight at one token, 1.49 a weight and token
 at two: `moe_grouped_gemv.py`). So the GEMV should win on one-token experts and v2 from two or
-three. Which, and by how much, decides whether a split (one-token experts to the GEMV, the rest to
-v2, at ~3 extra launches a layer) is worth building.
+three. Which, and by how much, decides whether the split (`moe_mxfp4.V2_GEMV_MAX_COUNT`: experts
+of up to 1 or 2 pairs to the GEMV, the rest to v2, at ~3 extra launches a layer) pays; it is timed
+too (split1, split2).
 
 Routing is crafted so that every expert holds exactly n tokens (T = 32 n tokens, token t to
 experts 4t .. 4t + 3 mod 128): the layer's time / 128 is one busy expert's cost at n. Then the
 same for the random routings of 64 tokens (C=64's step), and the split's estimate there from
-the per-n costs: sum over busy experts of min-path costs against v2's. Paths interleaved over
+the per-n costs (sum over busy experts of the cheaper path's cost, no launch costs) beside its
+measured time. Paths interleaved over
 --rounds rounds in CUDA graphs of back-to-back calls (kernels_moe.py), each call checked once
 against the torch reference.
 """
@@ -47,10 +49,14 @@ from timing import copy_bandwidth, graph_seconds_per_call
 
 from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
 
+# path -> (entry point, moe_mxfp4.V2_GEMV_MAX_COUNT while it is compiled and captured)
 PATHS = {
-    "v2": moe_mxfp4.moe_mxfp4_grouped_v2,
-    "grouped_gemv": moe_grouped_gemv.moe_mxfp4_grouped_gemv,
+    "v2": (moe_mxfp4.moe_mxfp4_grouped_v2, 0),
+    "grouped_gemv": (moe_grouped_gemv.moe_mxfp4_grouped_gemv, 0),
+    "split1": (moe_mxfp4.moe_mxfp4_grouped_v2, 1),  # one-pair experts to the GEMV
+    "split2": (moe_mxfp4.moe_mxfp4_grouped_v2, 2),
 }
+PRICED = ("v2", "grouped_gemv")  # the paths split_estimate prices experts by
 
 
 def even_calls(per_expert: int, calls: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -78,13 +84,18 @@ def counts_per_expert(logits: torch.Tensor) -> list[int]:
 
 
 def time_path(path: str, experts, calls) -> tuple[float, bool, float]:
-    fn = PATHS[path]
+    fn, gemv_max = PATHS[path]
 
     def call(x, logits):
         return fn(x, logits, experts, TOP_K, LIMIT, ALPHA)
 
-    ok, err = check(call, experts, *calls[0])
-    seconds = graph_seconds_per_call([lambda x=x, lg=lg: call(x, lg) for x, lg in calls])
+    default = moe_mxfp4.V2_GEMV_MAX_COUNT
+    moe_mxfp4.V2_GEMV_MAX_COUNT = gemv_max  # the graph keeps the kernels it captured
+    try:
+        ok, err = check(call, experts, *calls[0])
+        seconds = graph_seconds_per_call([lambda x=x, lg=lg: call(x, lg) for x, lg in calls])
+    finally:
+        moe_mxfp4.V2_GEMV_MAX_COUNT = default
     return seconds, ok, err
 
 
@@ -92,7 +103,7 @@ def split_estimate(rows: list[dict], random_logits: list[torch.Tensor]) -> dict:
     """C=64's routings priced per busy expert from the even runs' medians: v2 alone, and each
     expert on the cheaper path (counts past the measured ones priced at the largest)."""
     cost = collections.defaultdict(dict)  # path -> n -> us a busy expert
-    for path in PATHS:
+    for path in PRICED:
         for n in sorted({r["per_expert"] for r in rows if r["per_expert"]}):
             times = [r["us"] for r in rows if r["path"] == path and r["per_expert"] == n]
             cost[path][n] = statistics.median(times) / EXPERTS

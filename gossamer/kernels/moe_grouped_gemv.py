@@ -442,10 +442,16 @@ def _slot_sum_kernel(
 
 
 @triton.jit
-def _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, expert,
-                   E: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):  # fmt: skip
+def _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, small_ptr, num_pairs, expert,
+                   E: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
+                   SPLIT: tl.constexpr, SMALL_BLOCK_M: tl.constexpr):  # fmt: skip
     """Pairs per expert from one-hot [CHUNK, E] tiles; stores counts, offsets (first sorted row
-    of each expert) and tile_ends (cumulative BLOCK_M tiles), and returns the offsets."""
+    of each expert) and tile_ends (cumulative BLOCK_M tiles), and returns the offsets.
+
+    SPLIT > 0 splits the experts between two paths sharing the sorted pairs and offsets: experts
+    with more than SPLIT pairs keep their counts and tiles at counts_ptr / tile_ends_ptr (zero
+    for the others), those with 1..SPLIT pairs get theirs at small_ptr (counts, then the
+    cumulative SMALL_BLOCK_M tiles at small_ptr + E)."""
     counts = tl.zeros(expert.shape, tl.int32)
     for start in range(0, num_pairs, CHUNK):
         pair = start + tl.arange(0, CHUNK)
@@ -453,11 +459,16 @@ def _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, e
         counts += tl.sum((ids[:, None] == expert[None, :]).to(tl.int32), axis=0)
     offsets = tl.cumsum(counts, axis=0) - counts
     real = expert < E
-    tl.store(counts_ptr + expert, counts, mask=real)
     tl.store(offsets_ptr + expert, offsets, mask=real)
-    tl.store(
-        tile_ends_ptr + expert, tl.cumsum((counts + BLOCK_M - 1) // BLOCK_M, axis=0), mask=real
-    )
+    big = counts
+    if SPLIT > 0:
+        big = tl.where(counts > SPLIT, counts, 0)
+        small = counts - big
+        tl.store(small_ptr + expert, small, mask=real)
+        small_tiles = (small + SMALL_BLOCK_M - 1) // SMALL_BLOCK_M
+        tl.store(small_ptr + E + expert, tl.cumsum(small_tiles, axis=0), mask=real)
+    tl.store(counts_ptr + expert, big, mask=real)
+    tl.store(tile_ends_ptr + expert, tl.cumsum((big + BLOCK_M - 1) // BLOCK_M, axis=0), mask=real)
     return offsets
 
 
@@ -470,11 +481,14 @@ def _schedule_kernel(
     counts_ptr,  # [E] int32 out
     offsets_ptr,  # [E] int32 out: first sorted row of each expert
     tile_ends_ptr,  # [E] int32 out: cumulative M-tiles
+    small_ptr,  # [2, E] int32 out with SPLIT: the small experts' counts and tile ends
     num_pairs,
     E: tl.constexpr,
     E_P2: tl.constexpr,
     BLOCK_M: tl.constexpr,
     CHUNK: tl.constexpr,
+    SPLIT: tl.constexpr = 0,  # > 0: experts of 1..SPLIT pairs apart (_expert_counts)
+    SMALL_BLOCK_M: tl.constexpr = 1,
     PDL: tl.constexpr = False,
 ):
     """_expert_schedule in one program: a counting sort over one-hot [CHUNK, E] tiles (a pair's
@@ -482,8 +496,8 @@ def _schedule_kernel(
     expert = tl.arange(0, E_P2)
     pdl.wait(PDL)  # the ids come from routing
     # placed [E]: the next free sorted row of each expert
-    placed = _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, expert, E,
-                            BLOCK_M, CHUNK)  # fmt: skip
+    placed = _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, small_ptr, num_pairs,
+                            expert, E, BLOCK_M, CHUNK, SPLIT, SMALL_BLOCK_M)  # fmt: skip
     for start in range(0, num_pairs, CHUNK):
         pair = start + tl.arange(0, CHUNK)
         ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1)
@@ -501,20 +515,23 @@ def _schedule_sort_kernel(
     counts_ptr,
     offsets_ptr,
     tile_ends_ptr,
+    small_ptr,
     num_pairs,
     E: tl.constexpr,
     E_P2: tl.constexpr,
     BLOCK_M: tl.constexpr,
     CHUNK: tl.constexpr,
     SORT_P: tl.constexpr,  # a power of two >= num_pairs
+    SPLIT: tl.constexpr = 0,
+    SMALL_BLOCK_M: tl.constexpr = 1,
     PDL: tl.constexpr = False,
 ):
     """_schedule_kernel with the placement pass replaced by one sort of (expert, pair) keys: the
     counts still come from one-hot tiles (sums only), the sorted rows from tl.sort, whose
     compare-exchange stages need no [CHUNK, E] scan."""
     pdl.wait(PDL)
-    _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, num_pairs, tl.arange(0, E_P2),
-                   E, BLOCK_M, CHUNK)  # fmt: skip
+    _expert_counts(ids_ptr, counts_ptr, offsets_ptr, tile_ends_ptr, small_ptr, num_pairs,
+                   tl.arange(0, E_P2), E, BLOCK_M, CHUNK, SPLIT, SMALL_BLOCK_M)  # fmt: skip
     pair = tl.arange(0, SORT_P)
     ids = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=E)  # padding sorts last
     keys = tl.sort(ids * SORT_P + pair)  # by expert, then by pair: the stable order
@@ -545,21 +562,57 @@ def schedule_sort_size(num_pairs: int) -> int | None:
 def expert_schedule(ids: torch.Tensor, num_experts: int, block_m: int) -> Schedule:
     """moe_mxfp4._expert_schedule (the same four tensors, the same stable order) in one launch
     instead of about eight small torch kernels: (sorted_pairs, counts, offsets, tile_ends)."""
+    return _schedule(ids, num_experts, block_m)[0]
+
+
+def split_schedule(
+    ids: torch.Tensor, num_experts: int, block_m: int, split: int, small_block_m: int
+) -> tuple[Schedule, Schedule]:
+    """`expert_schedule` with the experts of 1..split pairs apart, in the same launch: (the
+    others' schedule in block_m tiles, the small ones' in small_block_m tiles). Both keep every
+    pair's sorted row; an expert has pairs in one schedule and a count of zero in the other."""
+    return _schedule(ids, num_experts, block_m, split, small_block_m)
+
+
+def _schedule(
+    ids: torch.Tensor, num_experts: int, block_m: int, split: int = 0, small_block_m: int = 1
+) -> tuple[Schedule, Schedule | None]:
     num_pairs = ids.shape[0]
     if num_pairs > SCHEDULE_MAX_PAIRS or num_pairs == 0:
-        return _expert_schedule(ids, num_experts, block_m)
+        return _split_in_torch(_expert_schedule(ids, num_experts, block_m), block_m, split,
+                               small_block_m)  # fmt: skip
     sorted_pairs = torch.empty_like(ids)
-    counts, offsets, tile_ends = torch.empty(3, num_experts, dtype=torch.int32, device=ids.device)
-    args = (ids, sorted_pairs, counts, offsets, tile_ends, num_pairs)
+    rows = torch.empty(5 if split else 3, num_experts, dtype=torch.int32, device=ids.device)
+    counts, offsets, tile_ends = rows[:3]
+    small_ptr = rows[3:] if split else counts  # [2, E] (unused without a split)
+    args = (ids, sorted_pairs, counts, offsets, tile_ends, small_ptr, num_pairs)
     shape = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
-             "CHUNK": _SCHEDULE_CHUNK, "num_warps": SCHEDULE_WARPS,
-             **pdl.launch_options(ids.device)}  # fmt: skip
+             "CHUNK": _SCHEDULE_CHUNK, "SPLIT": split, "SMALL_BLOCK_M": small_block_m,
+             "num_warps": SCHEDULE_WARPS, **pdl.launch_options(ids.device)}  # fmt: skip
     sort_p = schedule_sort_size(num_pairs)
     if sort_p is not None:
         _schedule_sort_kernel[(1,)](*args, SORT_P=sort_p, **shape)
     else:
         _schedule_kernel[(1,)](*args, **shape)
-    return sorted_pairs, counts, offsets, tile_ends
+    schedule = (sorted_pairs, counts, offsets, tile_ends)
+    return schedule, (sorted_pairs, small_ptr[0], offsets, small_ptr[1]) if split else None
+
+
+def _split_in_torch(
+    schedule: Schedule, block_m: int, split: int, small_block_m: int
+) -> tuple[Schedule, Schedule | None]:
+    """_schedule's split from a whole schedule, in torch ops (the pair counts past one launch)."""
+    if not split:
+        return schedule, None
+    sorted_pairs, counts, offsets, _ = schedule
+    small = torch.where(counts <= split, counts, 0)
+
+    def tile_ends(part: torch.Tensor, rows: int) -> torch.Tensor:
+        return torch.cumsum((part + rows - 1) // rows, 0).to(torch.int32)
+
+    big = counts - small
+    return ((sorted_pairs, big, offsets, tile_ends(big, block_m)),
+            (sorted_pairs, small, offsets, tile_ends(small, small_block_m)))  # fmt: skip
 
 
 def moe_mxfp4_grouped_gemv(
@@ -649,10 +702,13 @@ def down(
     grid_m: int,
     common: dict,
     config: dict,
+    y: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The down kernel -> y [P, H] fp32 by pair index (routing weight * (expert output + bias))."""
+    """The down kernel -> y [P, H] fp32 by pair index (routing weight * (expert output + bias)):
+    the rows of the schedule's pairs, in `y` if given (v2 writes the others' rows there)."""
     num_pairs, inter = act.shape
-    y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=act.device)
+    if y is None:
+        y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=act.device)
     sorted_pairs, counts, offsets, tile_ends = schedule
     _gemv_down_kernel[(triton.cdiv(hidden, config["BLOCK_ROWS"]), grid_m)](
         act.view(torch.int32), sorted_pairs, route_w, counts, offsets, tile_ends,

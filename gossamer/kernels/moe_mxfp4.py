@@ -3366,9 +3366,15 @@ def moe_mxfp4_grouped_v2(
     x_layout = "v2_fp16" if half else _V2_X_LAYOUTS[sync, swap]
     ids, route_w, x_v2, x_unscale = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
-    from gossamer.kernels.moe_grouped_gemv import expert_schedule, slot_sum
+    from gossamer.kernels import moe_grouped_gemv as gemv
 
-    sorted_pairs, counts, offsets, tile_ends = expert_schedule(ids, num_experts, block_m)
+    gemv_max = _v2_gemv_max_count(block_m, half, swiglu_limit)
+    if gemv_max:  # the experts of 1..gemv_max pairs to the grouped GEMV, in one tile each
+        (sorted_pairs, counts, offsets, tile_ends), small = gemv.split_schedule(
+            ids, num_experts, block_m, gemv_max, triton.next_power_of_2(gemv_max)
+        )
+    else:
+        sorted_pairs, counts, offsets, tile_ends = gemv.expert_schedule(ids, num_experts, block_m)
     max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
     dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
     act_dtype = (torch.float16 if half else torch.bfloat16) if dot_bf16 else torch.float32
@@ -3401,11 +3407,49 @@ def moe_mxfp4_grouped_v2(
         experts.down_bias.contiguous(), y, 1, H=hidden, INTER=inter, X_WIDTH=act_width,
         NW=dn["num_warps"], S_ROW=dn_row, **common, **dn,
     )  # fmt: skip
+    if gemv_max:
+        _small_experts_by_gemv(x, router_logits, small, route_w, experts, top_k, swiglu_limit,
+                               swiglu_alpha, y)  # fmt: skip
     if not V2_SLOT_SUM:
         return y.view(num_tokens, top_k, hidden).sum(dim=1).to(x.dtype)
     out = torch.empty_like(x)
-    slot_sum(y, out, top_k)
+    gemv.slot_sum(y, out, top_k)
     return out
+
+
+# Decode tiles: the experts that hold at most V2_GEMV_MAX_COUNT pairs go to the expert-grouped fp16
+# GEMV (moe_grouped_gemv.py) and the rest to v2, in one step. v2 dequantizes an expert's weights
+# once whatever its tokens (bf16 lanes: 3.2 instructions a weight in the default 8-row loop,
+# offline); the GEMV unpacks fp16 lanes and pays its HFMA2s per token (2.2 a weight at one token,
+# 3.0 at two). At C=64 (256 pairs on ~111 experts) ~31% of the busy experts hold one pair. The
+# price: the fp16 copy of x, the GEMV's two launches and partial waves on both sides
+# (benchmarks/tokens_per_expert_ab.py measures each path's cost per busy expert). 0: off.
+V2_GEMV_MAX_COUNT = int(os.environ.get("GOSSAMER_V2_GEMV_MAX_COUNT", "0"))
+
+
+def _v2_gemv_max_count(block_m: int, half: bool, swiglu_limit: float) -> int:
+    """The largest expert (in pairs) v2 leaves to the grouped GEMV at this tile (0: none): decode
+    tiles of up to 16 rows, bf16 operands, a SwiGLU limit the fp16 GEMV can scale by."""
+    usable = block_m <= 16 and not half and 0.0 < swiglu_limit < 1e4
+    return V2_GEMV_MAX_COUNT if usable else 0
+
+
+def _small_experts_by_gemv(x, router_logits, schedule, route_w, experts, top_k, swiglu_limit,
+                           swiglu_alpha, y):  # fmt: skip
+    """The grouped GEMV over `schedule` (the small experts' half of a split schedule): their
+    pairs' rows of y (routing weight * (expert output + bias), by pair index)."""
+    from gossamer.kernels import moe_grouped_gemv as gemv
+
+    _, _, x_h, x_unscale = route_fp16(router_logits, top_k, x)  # the same routing, fp16 x
+    num_experts, hidden = router_logits.shape[1], x.shape[1]
+    block_m = triton.next_power_of_2(V2_GEMV_MAX_COUNT)
+    common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
+              "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
+              **pdl.launch_options(x.device)}  # fmt: skip
+    grid_m = min(num_experts, y.shape[0])  # one tile a small expert
+    act = gemv.gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha,
+                       grid_m, common, gemv.GEMV_GATE_UP)  # fmt: skip
+    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, gemv.GEMV_DOWN, y=y)
 
 
 # v2's slots summed by the grouped GEMV's one-launch slot sum instead of torch's sum and cast (two

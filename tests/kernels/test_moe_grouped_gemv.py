@@ -187,6 +187,33 @@ def test_one_launch_schedule_matches_the_torch_ops(gemv, monkeypatch, pairs, exp
         assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("pairs,experts,block_m,split,small_block_m",
+                         [(256, 128, 8, 1, 1), (200, 6, 16, 33, 2), (40, 32, 8, 1, 1),
+                          (5000, 128, 16, 39, 4)])  # fmt: skip
+@pytest.mark.parametrize("sort_max", [0, 4096], ids=["one-hot", "sort"])
+def test_split_schedule_gives_each_expert_to_one_path(gemv, monkeypatch, pairs, experts, block_m,
+                                                      split, small_block_m, sort_max):  # fmt: skip
+    """split_schedule: the whole schedule's sorted pairs and offsets in both halves; experts of
+    1..split pairs counted (and tiled in small_block_m tiles) only in the small half, the others
+    only in the big one; past one launch's pairs (5000) the torch ops split the same way."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(gemv, "SCHEDULE_SORT_MAX_PAIRS", sort_max)
+    g = torch.Generator().manual_seed(pairs + split)
+    ids = torch.randint(0, experts, (pairs,), generator=g, dtype=torch.int32).to(DEVICE)
+    big, small = gemv.split_schedule(ids, experts, block_m, split, small_block_m)
+    sorted_pairs, counts, offsets, _ = moe_mxfp4._expert_schedule(ids, experts, block_m)
+    for half in (big, small):
+        assert torch.equal(half[0], sorted_pairs) and torch.equal(half[2], offsets)
+    is_small = counts <= split
+    assert torch.equal(small[1], torch.where(is_small, counts, 0))
+    assert torch.equal(big[1], torch.where(is_small, 0, counts))
+    for (_, part, _, tile_ends), rows in ((big, block_m), (small, small_block_m)):
+        assert tile_ends.dtype == torch.int32
+        assert torch.equal(tile_ends, torch.cumsum((part + rows - 1) // rows, 0).to(torch.int32))
+    assert 0 < int(small[1].sum()) < pairs  # these cases give both halves experts
+
+
 def test_default_block_m(gemv):
     assert gemv.default_block_m(32, 128) == 1  # T = 8, top-4 of 128
     assert gemv.default_block_m(64, 128) == 2

@@ -444,6 +444,45 @@ def test_grouped_v2_default_tile_of_8_rows(moe):
     assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
 
 
+def _routed(tokens_per_expert: dict[tuple[int, int], int], num_experts: int, seed: int):
+    """Router logits sending `count` tokens to each expert pair (a, b) (a the stronger), with
+    random margins so the routing weights vary."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for (a, b), count in tokens_per_expert.items():
+        for _ in range(count):
+            row = torch.full((num_experts,), -10.0)
+            row[a], row[b] = 5.0 + torch.rand((), generator=g), 3.0 + torch.rand((), generator=g)
+            rows.append(row)
+    return torch.stack(rows).to(DEVICE)
+
+
+@pytest.mark.parametrize("gemv_max", [1, 2])
+def test_grouped_v2_sends_small_experts_to_the_grouped_gemv(moe, monkeypatch, gemv_max):
+    """V2_GEMV_MAX_COUNT: at 8-row tiles, experts with 1..max pairs go to the grouped fp16 GEMV
+    and the rest to v2 in the same call; both write their pairs' rows of one y. Experts 0 and 1
+    crowded (10 pairs: v2 tiles of 8 and 2), 2-5 with one pair, 6 with two, 7 empty."""
+    from tests.kernels.interpreted import kernel_module
+
+    monkeypatch.setattr(moe, "V2_GEMV_MAX_COUNT", gemv_max)
+    gemv = kernel_module("moe_grouped_gemv")
+    given = []
+    down = gemv.down
+
+    def spy(act, schedule, *args, **kwargs):
+        given.append(schedule[1].tolist())
+        return down(act, schedule, *args, **kwargs)
+
+    monkeypatch.setattr(gemv, "down", spy)
+    experts = _experts(8, 160, 96, seed=11)
+    logits = _routed({(0, 1): 10, (2, 3): 1, (4, 5): 1, (6, 0): 1, (1, 6): 1}, 8, seed=12)
+    x = _inputs(logits.shape[0], 160, 8, seed=13)[0]
+    out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, block_m=8)
+    assert _relative_error(out, _reference(x, logits, experts, 2)) < FP16_TOLERANCE
+    small = [0, 0, 1, 1, 1, 1, 2 if gemv_max == 2 else 0, 0]
+    assert given == [small]
+
+
 # Shapes for the 8-row tiles' other orders: (hidden, intermediate, tokens, config changes)
 V2_8_ROW_CASES = [
     (96, 64, 17, {}),  # only the peeled partial step
@@ -934,6 +973,31 @@ def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
             "down_config": down | {"NUM_STAGES": stages},
         }
         _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, **configs), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gemv_max", [1, 2])
+@pytest.mark.parametrize("tokens", [64, 256])
+def test_gpu_120b_grouped_v2_small_experts_by_gemv(experts_120b, monkeypatch, tokens, gemv_max):
+    """V2_GEMV_MAX_COUNT on the repacked words at the tiles v2 picks (8 rows at 64 tokens, 16 at
+    256): the small experts through the grouped GEMV, the rest through v2, in one output; also
+    replayed from a CUDA graph with new inputs (no host syncs in the split)."""
+    from gossamer.kernels import moe_mxfp4
+
+    monkeypatch.setattr(moe_mxfp4, "V2_GEMV_MAX_COUNT", gemv_max)
+    x, logits = _inputs_120b(tokens, seed=440 + tokens)
+    repacked = _fp16_lanes(experts_120b)
+    args = (repacked, TOP_K_120B, LIMIT, ALPHA)
+    _assert_close_120b(moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, *args),
+                       _reference(x, logits, experts_120b, TOP_K_120B))  # fmt: skip
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, *args)
+    new_x, new_logits = _inputs_120b(tokens, seed=450 + tokens)
+    x.copy_(new_x)
+    logits.copy_(new_logits)
+    graph.replay()
+    _assert_close_120b(out, _reference(new_x, new_logits, experts_120b, TOP_K_120B))
 
 
 @pytest.mark.gpu
