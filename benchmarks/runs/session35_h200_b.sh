@@ -15,7 +15,7 @@ TAILN=24 step tokens_per_expert 120 python3 benchmarks/tokens_per_expert_ab.py -
 TP="benchmarks/throughput.py --input-len 1024 --output-len 1024 --models gpt-oss-120b --concurrency 64"
 TAILN=3 step tp120_c64_split1 100 env GOSSAMER_V2_GEMV_MAX_COUNT=1 python3 $TP --json $R/tp120_c64_split1.json
 TAILN=3 step tp120_c64 100 python3 $TP --json $R/tp120_c64.json
-TAILN=30 step profile_b256 120 python3 benchmarks/step_profile.py --models gpt-oss-120b --batch-sizes 256 --context 1024 --top 24 --json $R/profile_b256.json
+grep -q H200 $R/gpu.txt && TAILN=30 step profile_b256 120 python3 benchmarks/step_profile.py --models gpt-oss-120b --batch-sizes 256 --context 1024 --top 24 --json $R/profile_b256.json
 [ "$BEST" = fp16_lanes ] && exit 0
 TAILN=8 step b1_layouts 110 python3 benchmarks/fusion_ab.py --models gpt-oss-20b --variants defaults,$BEST --rounds 2 --steps 64 --json $R/b1_layouts.json
 TAILN=3 step tp120_c64_best 100 env GOSSAMER_MXFP4_LAYOUT=$BEST python3 $TP --json $R/tp120_c64_best.json
