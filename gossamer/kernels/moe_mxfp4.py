@@ -3163,8 +3163,12 @@ def _v2_gate_up_kernel(
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): x scaled per token, _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations are stored times this (2^act_exponent)
     S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
+    QUICK_EXIT: tl.constexpr = True,  # V2_QUICK_EXIT
 ):
     pid_n = tl.program_id(0)
+    if QUICK_EXIT:
+        if tl.program_id(1) >= tl.load(tile_ends_ptr + E - 1):
+            return  # past the last M-tile: one load, not _expert_tile's search
     expert, row_start, row_end = _expert_tile(
         tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
     )
@@ -3240,8 +3244,12 @@ def _v2_down_kernel(
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): act in _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations as stored are times this
     S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
+    QUICK_EXIT: tl.constexpr = True,  # V2_QUICK_EXIT
 ):
     pid_n = tl.program_id(0)
+    if QUICK_EXIT:
+        if tl.program_id(1) >= tl.load(tile_ends_ptr + E - 1):
+            return  # past the last M-tile: one load, not _expert_tile's search
     expert, row_start, row_end = _expert_tile(
         tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
     )
@@ -3375,7 +3383,10 @@ def moe_mxfp4_grouped_v2(
         )
     else:
         sorted_pairs, counts, offsets, tile_ends = gemv.expert_schedule(ids, num_experts, block_m)
-    max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+    if V2_QUICK_EXIT:
+        max_m_tiles = gemv.max_m_tiles(num_pairs, num_experts, block_m)
+    else:
+        max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
     dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
     act_dtype = (torch.float16 if half else torch.bfloat16) if dot_bf16 else torch.float32
     act_scale = 2.0 ** act_exponent(swiglu_limit) if half else 1.0
@@ -3384,7 +3395,8 @@ def moe_mxfp4_grouped_v2(
     lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
               "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
-              "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale}  # fmt: skip
+              "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale,
+              "QUICK_EXIT": V2_QUICK_EXIT}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     gu_scales, dn_scales, gu_row, dn_row = experts.gate_up_scales, experts.down_scales, 0, 0
     if V2_PADDED_SCALES and not half and block_m <= V2_PADDED_MAX_ROWS:
@@ -3415,6 +3427,16 @@ def moe_mxfp4_grouped_v2(
     out = torch.empty_like(x)
     gemv.slot_sum(y, out, top_k)
     return out
+
+
+# v2's grid is an upper bound of the M-tiles (no host sync): at C=64 (256 pairs, 8-row tiles,
+# ~111 busy experts) ~48 of its 160 M-tile rows are empty, ~6,600 programs a layer that each
+# searched the tile ends (a 128-wide load and a reduction, then three loads) before leaving. With
+# V2_QUICK_EXIT a program past the last tile leaves after one load, and the grid takes the
+# tighter bound of moe_grouped_gemv.max_m_tiles (144 rows there). The empty programs' price was
+# seen in session 35's split (below): ~69k empty GEMV programs cost a layer 88 us on an H100.
+# GOSSAMER_V2_QUICK_EXIT=0 restores both for A/B runs.
+V2_QUICK_EXIT = os.environ.get("GOSSAMER_V2_QUICK_EXIT", "1") != "0"
 
 
 # Decode tiles: the experts that hold at most V2_GEMV_MAX_COUNT pairs go to the expert-grouped fp16

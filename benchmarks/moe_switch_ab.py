@@ -1,0 +1,86 @@
+"""One gpt-oss-120b MoE layer with a module switch of gossamer/kernels/moe_mxfp4.py at each of its
+values, interleaved: the layer A/B for flags read at call time (V2_QUICK_EXIT,
+V2_GEMV_MAX_COUNT, ...).
+
+    python benchmarks/moe_switch_ab.py --switch V2_QUICK_EXIT --values 1,0 [--tokens 64,256]
+        [--rounds 3] [--json PATH]
+
+Each value is set on the module while the call is checked against the torch reference and its
+CUDA graph captured (the graph keeps the kernels it captured), then the module's own value is
+restored. Values are Python literals (1 and 0 for a bool switch). Timed as the model runs it:
+back-to-back calls with different routings in one CUDA graph (kernels_moe.py), through the
+default dispatch (`moe_mxfp4.moe_mxfp4`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+
+import torch
+import triton
+from kernels_moe import (
+    ALPHA,
+    LIMIT,
+    TOP_K,
+    calls_per_graph,
+    check,
+    make_calls,
+    make_experts,
+    print_medians,
+    write_rows,
+)
+from timing import copy_bandwidth, graph_seconds_per_call
+
+from gossamer.kernels import moe_mxfp4 as moe
+
+
+def time_value(experts, switch: str, value, calls) -> dict:
+    """One layer's time per call with moe_mxfp4.<switch> = value."""
+
+    def fn(x, logits):
+        return moe.moe_mxfp4(x, logits, experts, TOP_K, LIMIT, ALPHA)
+
+    default = getattr(moe, switch)
+    setattr(moe, switch, type(default)(value))
+    try:
+        ok, err = check(fn, experts, *calls[0])
+        seconds = graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in calls])
+    finally:
+        setattr(moe, switch, default)
+    return {"value": str(value), "tokens": calls[0][0].shape[0], "us": seconds * 1e6, "ok": ok,
+            "rel_err": err}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--switch", required=True, help="a module global of moe_mxfp4")
+    parser.add_argument("--values", required=True, help="comma-separated, the baseline first")
+    parser.add_argument("--tokens", default="64,256")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if not hasattr(moe, args.switch):
+        raise SystemExit(f"moe_mxfp4 has no {args.switch}")
+    values = [ast.literal_eval(v) for v in args.values.split(",")]
+    bandwidth = copy_bandwidth()
+    experts = make_experts()
+    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
+          f" {args.switch} in {values}", flush=True)  # fmt: skip
+    rows = []
+    for tokens in (int(t) for t in args.tokens.split(",")):
+        calls = make_calls(tokens, calls_per_graph(tokens), seed=tokens)
+        for _ in range(args.rounds):
+            for value in values:
+                row = time_value(experts, args.switch, value, calls)
+                print(f"T={tokens:5d} {args.switch}={value!s:6s} {row['us']:9.1f} us  "
+                      f"ok={row['ok']} err={row['rel_err']:.1e}", flush=True)  # fmt: skip
+                rows.append(row)
+    print_medians(rows, "value", [str(v) for v in values])
+    path = args.json or os.path.join(os.environ.get("OUT", "."), "moe_switch_ab.json")
+    write_rows(path, rows, bandwidth, switch=args.switch)
+
+
+if __name__ == "__main__":
+    main()

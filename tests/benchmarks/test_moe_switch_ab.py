@@ -1,0 +1,38 @@
+"""benchmarks/moe_switch_ab.py: each value is in force while its call is checked and captured,
+and the module's own value comes back (GPU timing stubbed out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_each_value_holds_during_its_capture_and_the_default_returns(benchmark_script,
+                                                                    monkeypatch):  # fmt: skip
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    script = benchmark_script("moe_switch_ab")
+    moe = script.moe
+    default = moe.V2_QUICK_EXIT
+    seen = []
+
+    def fake_check(fn, experts, x, logits):
+        seen.append(("check", moe.V2_QUICK_EXIT))
+        return True, 0.0
+
+    def fake_graph(calls):
+        seen.append(("graph", moe.V2_QUICK_EXIT))
+        return 1e-6 * len(calls)
+
+    monkeypatch.setattr(script, "check", fake_check)
+    monkeypatch.setattr(script, "graph_seconds_per_call", fake_graph)
+
+    class Token:
+        shape = (64, 8)
+
+    for value in (0, 1):
+        row = script.time_value(None, "V2_QUICK_EXIT", value, [(Token(), None)] * 3)
+        assert row == {"value": str(value), "tokens": 64, "us": pytest.approx(3.0), "ok": True,
+                       "rel_err": 0.0}  # fmt: skip
+        assert moe.V2_QUICK_EXIT is default
+    assert seen == [("check", False), ("graph", False), ("check", True), ("graph", True)]
