@@ -1,8 +1,8 @@
 """One gpt-oss-120b MoE layer with a module switch of gossamer/kernels/moe_mxfp4.py at each of its
-values, interleaved: the layer A/B for flags read at call time (V2_QUICK_EXIT,
-V2_GEMV_MAX_COUNT, ...).
+values, interleaved: the layer A/B for flags read at call time (V2_GEMV_MAX_COUNT,
+V2_SYNC_ORDER, ...).
 
-    python benchmarks/moe_switch_ab.py --switch V2_QUICK_EXIT --values 1,0 [--tokens 64,256]
+    python benchmarks/moe_switch_ab.py --switch V2_GEMV_MAX_COUNT --values 0,1 [--tokens 64,256]
         [--rounds 3] [--json PATH]
 
 Each value is set on the module while the call is checked against the torch reference and its

@@ -3163,12 +3163,8 @@ def _v2_gate_up_kernel(
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): x scaled per token, _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations are stored times this (2^act_exponent)
     S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
-    QUICK_EXIT: tl.constexpr = True,  # V2_QUICK_EXIT
 ):
     pid_n = tl.program_id(0)
-    if QUICK_EXIT:
-        if tl.program_id(1) >= tl.load(tile_ends_ptr + E - 1):
-            return  # past the last M-tile: one load, not _expert_tile's search
     expert, row_start, row_end = _expert_tile(
         tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
     )
@@ -3244,12 +3240,8 @@ def _v2_down_kernel(
     HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): act in _v2h_position order
     ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations as stored are times this
     S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
-    QUICK_EXIT: tl.constexpr = True,  # V2_QUICK_EXIT
 ):
     pid_n = tl.program_id(0)
-    if QUICK_EXIT:
-        if tl.program_id(1) >= tl.load(tile_ends_ptr + E - 1):
-            return  # past the last M-tile: one load, not _expert_tile's search
     expert, row_start, row_end = _expert_tile(
         tl.program_id(1), counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M
     )
@@ -3383,10 +3375,7 @@ def moe_mxfp4_grouped_v2(
         )
     else:
         sorted_pairs, counts, offsets, tile_ends = gemv.expert_schedule(ids, num_experts, block_m)
-    if V2_QUICK_EXIT:
-        max_m_tiles = gemv.max_m_tiles(num_pairs, num_experts, block_m)
-    else:
-        max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+    max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
     dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
     act_dtype = (torch.float16 if half else torch.bfloat16) if dot_bf16 else torch.float32
     act_scale = 2.0 ** act_exponent(swiglu_limit) if half else 1.0
@@ -3395,8 +3384,7 @@ def moe_mxfp4_grouped_v2(
     lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
               "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
-              "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale,
-              "QUICK_EXIT": V2_QUICK_EXIT}  # fmt: skip
+              "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     gu_scales, dn_scales, gu_row, dn_row = experts.gate_up_scales, experts.down_scales, 0, 0
     if V2_PADDED_SCALES and not half and block_m <= V2_PADDED_MAX_ROWS:
@@ -3429,23 +3417,17 @@ def moe_mxfp4_grouped_v2(
     return out
 
 
-# v2's grid is an upper bound of the M-tiles (no host sync): at C=64 (256 pairs, 8-row tiles,
-# ~111 busy experts) ~48 of its 160 M-tile rows are empty, ~6,600 programs a layer that each
-# searched the tile ends (a 128-wide load and a reduction, then three loads) before leaving. With
-# V2_QUICK_EXIT a program past the last tile leaves after one load, and the grid takes the
-# tighter bound of moe_grouped_gemv.max_m_tiles (144 rows there). The empty programs' price was
-# seen in session 35's split (below): ~69k empty GEMV programs cost a layer 88 us on an H100.
-# GOSSAMER_V2_QUICK_EXIT=0 restores both for A/B runs.
-V2_QUICK_EXIT = os.environ.get("GOSSAMER_V2_QUICK_EXIT", "1") != "0"
-
-
 # Decode tiles: the experts that hold at most V2_GEMV_MAX_COUNT pairs go to the expert-grouped fp16
 # GEMV (moe_grouped_gemv.py) and the rest to v2, in one step. v2 dequantizes an expert's weights
 # once whatever its tokens (bf16 lanes: 3.2 instructions a weight in the default 8-row loop,
 # offline); the GEMV unpacks fp16 lanes and pays its HFMA2s per token (2.2 a weight at one token,
-# 3.0 at two). At C=64 (256 pairs on ~111 experts) ~31% of the busy experts hold one pair. The
-# price: the fp16 copy of x, the GEMV's two launches and partial waves on both sides
-# (benchmarks/tokens_per_expert_ab.py measures each path's cost per busy expert). 0: off.
+# 3.0 at two). At C=64 (256 pairs on ~111 experts) ~31% of the busy experts hold one pair.
+# Measured on an H100 (session 35, benchmarks/tokens_per_expert_ab.py, one 120b layer): a busy
+# expert costs v2 5.4-5.5 us at 1-4 pairs, the GEMV 4.92 at one pair and 5.82 at two. Priced per
+# expert, the split would take 3.2% off C=64's layer; measured, it adds 9% (1) or 5% (2): 605.5 ->
+# 660.7 / 638.5 us, and ~88 us a layer where no expert is small (the fp16 x and the GEMV's grids,
+# 69k programs that find no tile). C=64 1,982.6 against 2,096.1 tok/s. Off (0); kept for the H200,
+# where v2 is issue-bound (not measured there).
 V2_GEMV_MAX_COUNT = int(os.environ.get("GOSSAMER_V2_GEMV_MAX_COUNT", "0"))
 
 
