@@ -11,7 +11,8 @@ and pays its HFMA2s per token (2.21 instructions a weight at one token, 1.49 a w
 at two: `moe_grouped_gemv.py`). So the GEMV should win on one-token experts and v2 from two or
 three. Which, and by how much, decides whether the split (`moe_mxfp4.V2_GEMV_MAX_COUNT`: experts
 of up to 1 or 2 pairs to the GEMV, the rest to v2, at ~3 extra launches a layer) pays; it is timed
-too (split1, split2).
+too (split1, split2; split1_wide with 4x wider GEMV row tiles, a quarter of its grid; split1_nopdl
+with every launch's PDL off).
 
 Routing is crafted so that every expert holds exactly n tokens (T = 32 n tokens, token t to
 experts 4t .. 4t + 3 mod 128): the layer's time / 128 is one busy expert's cost at n. Then the
@@ -47,15 +48,19 @@ from kernels_moe import (
 )
 from timing import copy_bandwidth, graph_seconds_per_call
 
-from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
+from gossamer.kernels import moe_grouped_gemv, moe_mxfp4, pdl
 
-# path -> (entry point, moe_mxfp4.V2_GEMV_MAX_COUNT while it is compiled and captured)
+# path -> (entry point, {(module, name): value} set while it is compiled and captured)
 PATHS = {
-    "v2": (moe_mxfp4.moe_mxfp4_grouped_v2, 0),
-    "grouped_gemv": (moe_grouped_gemv.moe_mxfp4_grouped_gemv, 0),
-    "split1": (moe_mxfp4.moe_mxfp4_grouped_v2, 1),  # one-pair experts to the GEMV
-    "split2": (moe_mxfp4.moe_mxfp4_grouped_v2, 2),
-}
+    "v2": (moe_mxfp4.moe_mxfp4_grouped_v2, {}),
+    "grouped_gemv": (moe_grouped_gemv.moe_mxfp4_grouped_gemv, {}),
+    "split1": (moe_mxfp4.moe_mxfp4_grouped_v2, {(moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1}),
+    "split2": (moe_mxfp4.moe_mxfp4_grouped_v2, {(moe_mxfp4, "V2_GEMV_MAX_COUNT"): 2}),
+    "split1_wide": (moe_mxfp4.moe_mxfp4_grouped_v2, {
+        (moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1, (moe_mxfp4, "V2_GEMV_WIDEN"): 4}),
+    "split1_nopdl": (moe_mxfp4.moe_mxfp4_grouped_v2, {
+        (moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1, (pdl, "ENABLED"): False}),
+}  # fmt: skip
 PRICED = ("v2", "grouped_gemv")  # the paths split_estimate prices experts by
 
 
@@ -84,18 +89,20 @@ def counts_per_expert(logits: torch.Tensor) -> list[int]:
 
 
 def time_path(path: str, experts, calls) -> tuple[float, bool, float]:
-    fn, gemv_max = PATHS[path]
+    fn, switches = PATHS[path]
 
     def call(x, logits):
         return fn(x, logits, experts, TOP_K, LIMIT, ALPHA)
 
-    default = moe_mxfp4.V2_GEMV_MAX_COUNT
-    moe_mxfp4.V2_GEMV_MAX_COUNT = gemv_max  # the graph keeps the kernels it captured
+    defaults = {key: getattr(*key) for key in switches}
+    for (module, name), value in switches.items():  # the graph keeps the kernels it captured
+        setattr(module, name, value)
     try:
         ok, err = check(call, experts, *calls[0])
         seconds = graph_seconds_per_call([lambda x=x, lg=lg: call(x, lg) for x, lg in calls])
     finally:
-        moe_mxfp4.V2_GEMV_MAX_COUNT = default
+        for (module, name), value in defaults.items():
+            setattr(module, name, value)
     return seconds, ok, err
 
 

@@ -3429,6 +3429,10 @@ def moe_mxfp4_grouped_v2(
 # 69k programs that find no tile). C=64 1,982.6 against 2,096.1 tok/s. Off (0); kept for the H200,
 # where v2 is issue-bound (not measured there).
 V2_GEMV_MAX_COUNT = int(os.environ.get("GOSSAMER_V2_GEMV_MAX_COUNT", "0"))
+# The split's GEMV row tiles, as a multiple of moe_grouped_gemv's GEMV_GATE_UP / GEMV_DOWN. Its
+# grid has a row of programs for every expert that could be small (min(E, P)), most of them
+# empty at C=64; wider row tiles make fewer programs (tokens_per_expert_ab.py times 1 and 4).
+V2_GEMV_WIDEN = int(os.environ.get("GOSSAMER_V2_GEMV_WIDEN", "1"))
 
 
 def _v2_gemv_max_count(block_m: int, half: bool, swiglu_limit: float) -> int:
@@ -3451,9 +3455,11 @@ def _small_experts_by_gemv(x, router_logits, schedule, route_w, experts, top_k, 
               "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
               **pdl.launch_options(x.device)}  # fmt: skip
     grid_m = min(num_experts, y.shape[0])  # one tile a small expert
+    gate_up = gemv.GEMV_GATE_UP | {"BLOCK_PAIRS": gemv.GEMV_GATE_UP["BLOCK_PAIRS"] * V2_GEMV_WIDEN}
+    down = gemv.GEMV_DOWN | {"BLOCK_ROWS": gemv.GEMV_DOWN["BLOCK_ROWS"] * V2_GEMV_WIDEN}
     act = gemv.gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha,
-                       grid_m, common, gemv.GEMV_GATE_UP)  # fmt: skip
-    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, gemv.GEMV_DOWN, y=y)
+                       grid_m, common, gate_up)  # fmt: skip
+    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, down, y=y)
 
 
 # v2's slots summed by the grouped GEMV's one-launch slot sum instead of torch's sum and cast (two
