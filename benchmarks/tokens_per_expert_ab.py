@@ -11,8 +11,9 @@ and pays its HFMA2s per token (2.21 instructions a weight at one token, 1.49 a w
 at two: `moe_grouped_gemv.py`). So the GEMV should win on one-token experts and v2 from two or
 three. Which, and by how much, decides whether the split (`moe_mxfp4.V2_GEMV_MAX_COUNT`: experts
 of up to 1 or 2 pairs to the GEMV, the rest to v2, at ~3 extra launches a layer) pays; it is timed
-too (split1, split2; split1_wide with 4x wider GEMV row tiles, a quarter of its grid; split1_nopdl
-with every launch's PDL off).
+too (split1, split2: the GEMV's grid 16 rows of programs, each taking every 16th small expert in
+turn; split1_m32 with 32 rows; split1_rows with a row for every expert that could be small, the
+first version, which cost ~88 us a layer where no expert was small).
 
 Routing is crafted so that every expert holds exactly n tokens (T = 32 n tokens, token t to
 experts 4t .. 4t + 3 mod 128): the layer's time / 128 is one busy expert's cost at n. Then the
@@ -48,18 +49,20 @@ from kernels_moe import (
 )
 from timing import copy_bandwidth, graph_seconds_per_call
 
-from gossamer.kernels import moe_grouped_gemv, moe_mxfp4, pdl
+from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
 
 # path -> (entry point, {(module, name): value} set while it is compiled and captured)
 PATHS = {
     "v2": (moe_mxfp4.moe_mxfp4_grouped_v2, {}),
     "grouped_gemv": (moe_grouped_gemv.moe_mxfp4_grouped_gemv, {}),
+    # one-pair experts to the GEMV, its grid 16 rows of programs taking every 16th in turn
     "split1": (moe_mxfp4.moe_mxfp4_grouped_v2, {(moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1}),
     "split2": (moe_mxfp4.moe_mxfp4_grouped_v2, {(moe_mxfp4, "V2_GEMV_MAX_COUNT"): 2}),
-    "split1_wide": (moe_mxfp4.moe_mxfp4_grouped_v2, {
-        (moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1, (moe_mxfp4, "V2_GEMV_WIDEN"): 4}),
-    "split1_nopdl": (moe_mxfp4.moe_mxfp4_grouped_v2, {
-        (moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1, (pdl, "ENABLED"): False}),
+    "split1_m32": (moe_mxfp4.moe_mxfp4_grouped_v2, {
+        (moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1, (moe_mxfp4, "V2_GEMV_M_PROGRAMS"): 32}),
+    # a row of programs for each expert that could be small (session 35's first version)
+    "split1_rows": (moe_mxfp4.moe_mxfp4_grouped_v2, {
+        (moe_mxfp4, "V2_GEMV_MAX_COUNT"): 1, (moe_mxfp4, "V2_GEMV_M_PROGRAMS"): 0}),
 }  # fmt: skip
 PRICED = ("v2", "grouped_gemv")  # the paths split_estimate prices experts by
 
@@ -114,10 +117,10 @@ def split_estimate(rows: list[dict], random_logits: list[torch.Tensor]) -> dict:
         for n in sorted({r["per_expert"] for r in rows if r["per_expert"]}):
             times = [r["us"] for r in rows if r["path"] == path and r["per_expert"] == n]
             cost[path][n] = statistics.median(times) / EXPERTS
-    top = max(cost["v2"])
 
-    def price(path: str, n: int) -> float:
-        return cost[path][min(n, top)]
+    def price(path: str, n: int) -> float:  # at the largest measured count up to n
+        measured = sorted(cost[path])
+        return cost[path][max([k for k in measured if k <= n], default=measured[0])]
 
     v2_only, split = [], []
     for logits in random_logits:

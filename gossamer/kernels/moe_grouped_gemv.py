@@ -271,7 +271,7 @@ def _run_tile(TILE: tl.constexpr, args, CONSTS: tl.constexpr, rows, BLOCK_M: tl.
         TILE(args, CONSTS, 8)
 
 
-@triton.jit(do_not_specialize=["scale_step"])
+@triton.jit(do_not_specialize=["scale_step", "m_stride"])
 def _gemv_gate_up_kernel(
     x_ptr,  # [T, H/2] int32: x * 2^e_t as fp16 pair planes (route_fp16)
     x_unscale_ptr,  # [T] fp32: 2^-e_t
@@ -300,17 +300,25 @@ def _gemv_gate_up_kernel(
     SPECIALIZE: tl.constexpr = True,  # a body per tile size (_run_tile)
     PDL: tl.constexpr = False,  # see gossamer/kernels/pdl.py
     LAYOUT: tl.constexpr = 0,  # moe_mxfp4.LAYOUT_HF or LAYOUT_FP16_LANES
+    m_stride=0,  # > 0 (LOOP_M): the grid's M size; not specialized
+    LOOP_M: tl.constexpr = False,  # a program takes M-tiles pid_m, pid_m + m_stride, ..
 ):
     pdl.wait(PDL)  # the schedule and x come from the kernels just before
-    expert, start, end = _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M)
-    if expert >= E:
-        return
-    expert = expert.to(tl.int64)
-    args = (x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert, start, end, words_ptr, scales_ptr,
-            bias_ptr, act_ptr, limit, alpha, scale_step)  # fmt: skip
     consts: tl.constexpr = (H, INTER, TOP_K, ACT_EXP, BLOCK_PAIRS, GROUPS_PER_STEP, NUM_STAGES,
                             UNROLL, LAYOUT)  # fmt: skip
-    _run_tile(_gate_up_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
+    if LOOP_M:
+        for pid_m in range(tl.program_id(1), tl.load(tile_ends_ptr + E - 1), m_stride):
+            expert, start, end = _expert_tile(pid_m, counts_ptr, offsets_ptr, tile_ends_ptr, E,
+                                              E_P2, BLOCK_M)  # fmt: skip
+            args = (x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert.to(tl.int64), start, end,
+                    words_ptr, scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step)  # fmt: skip
+            _run_tile(_gate_up_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
+    else:
+        expert, start, end = _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M)
+        if expert < E:
+            args = (x_ptr, x_unscale_ptr, sorted_pairs_ptr, expert.to(tl.int64), start, end,
+                    words_ptr, scales_ptr, bias_ptr, act_ptr, limit, alpha, scale_step)  # fmt: skip
+            _run_tile(_gate_up_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
 
 
 @triton.jit
@@ -347,7 +355,7 @@ def _gate_up_tile(args, CONSTS: tl.constexpr, M: tl.constexpr):
     _store_act(act_ptr, pair[None, :], j[:, None], store_ok, act, INTER, ACT_EXP)
 
 
-@triton.jit(do_not_specialize=["scale_step"])
+@triton.jit(do_not_specialize=["scale_step", "m_stride"])
 def _gemv_down_kernel(
     act_ptr,  # [P, INTER/2] int32: act * 2^ACT_EXP as fp16 pair planes, by pair index
     sorted_pairs_ptr,  # [P] int32
@@ -373,17 +381,25 @@ def _gemv_down_kernel(
     SPECIALIZE: tl.constexpr = True,
     PDL: tl.constexpr = False,
     LAYOUT: tl.constexpr = 0,
+    m_stride=0,  # as in _gemv_gate_up_kernel
+    LOOP_M: tl.constexpr = False,
 ):
     pdl.wait(PDL)  # the activations come from gate_up
-    expert, start, end = _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M)
-    if expert >= E:
-        return
-    expert = expert.to(tl.int64)
-    args = (act_ptr, sorted_pairs_ptr, route_w_ptr, expert, start, end, words_ptr, scales_ptr,
-            bias_ptr, y_ptr, scale_step)  # fmt: skip
     consts: tl.constexpr = (H, INTER, ACT_EXP, BLOCK_ROWS, GROUPS_PER_STEP, NUM_STAGES, UNROLL,
                             LAYOUT)  # fmt: skip
-    _run_tile(_down_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
+    if LOOP_M:
+        for pid_m in range(tl.program_id(1), tl.load(tile_ends_ptr + E - 1), m_stride):
+            expert, start, end = _expert_tile(pid_m, counts_ptr, offsets_ptr, tile_ends_ptr, E,
+                                              E_P2, BLOCK_M)  # fmt: skip
+            args = (act_ptr, sorted_pairs_ptr, route_w_ptr, expert.to(tl.int64), start, end,
+                    words_ptr, scales_ptr, bias_ptr, y_ptr, scale_step)  # fmt: skip
+            _run_tile(_down_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
+    else:
+        expert, start, end = _tile(counts_ptr, offsets_ptr, tile_ends_ptr, E, E_P2, BLOCK_M)
+        if expert < E:
+            args = (act_ptr, sorted_pairs_ptr, route_w_ptr, expert.to(tl.int64), start, end,
+                    words_ptr, scales_ptr, bias_ptr, y_ptr, scale_step)  # fmt: skip
+            _run_tile(_down_tile, args, consts, end - start, BLOCK_M, SPECIALIZE)
 
 
 @triton.jit
@@ -681,14 +697,17 @@ def gate_up(
     grid_m: int,
     common: dict,
     config: dict,
+    loop_m: bool = False,
 ) -> torch.Tensor:
-    """The gate_up kernel -> act [P, I] fp16 by pair index (pair planes, * 2^ACT_EXP)."""
+    """The gate_up kernel -> act [P, I] fp16 by pair index (pair planes, * 2^ACT_EXP). loop_m:
+    grid_m programs a row tile take every grid_m-th M-tile (grid_m below the tiles' bound)."""
     num_pairs, inter = schedule[0].shape[0], experts.gate_up_bias.shape[1] // 2
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     _gemv_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), grid_m)](
         x_h.view(torch.int32), x_unscale, *schedule, experts.gate_up_blocks.view(torch.int32),
         experts.gate_up_scales, experts.gate_up_bias.contiguous(), act, float(limit),
         float(alpha), 1, H=x_h.shape[1], INTER=inter, TOP_K=top_k, **common, **config,
+        m_stride=grid_m, LOOP_M=loop_m,
     )  # fmt: skip
     return act
 
@@ -703,9 +722,11 @@ def down(
     common: dict,
     config: dict,
     y: torch.Tensor | None = None,
+    loop_m: bool = False,
 ) -> torch.Tensor:
     """The down kernel -> y [P, H] fp32 by pair index (routing weight * (expert output + bias)):
-    the rows of the schedule's pairs, in `y` if given (v2 writes the others' rows there)."""
+    the rows of the schedule's pairs, in `y` if given (v2 writes the others' rows there). loop_m
+    as in `gate_up`."""
     num_pairs, inter = act.shape
     if y is None:
         y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=act.device)
@@ -714,6 +735,7 @@ def down(
         act.view(torch.int32), sorted_pairs, route_w, counts, offsets, tile_ends,
         experts.down_blocks.view(torch.int32), experts.down_scales,
         experts.down_bias.contiguous(), y, 1, H=hidden, INTER=inter, **common, **config,
+        m_stride=grid_m, LOOP_M=loop_m,
     )  # fmt: skip
     return y
 

@@ -3429,9 +3429,13 @@ def moe_mxfp4_grouped_v2(
 # 69k programs that find no tile). C=64 1,982.6 against 2,096.1 tok/s. Off (0); kept for the H200,
 # where v2 is issue-bound (not measured there).
 V2_GEMV_MAX_COUNT = int(os.environ.get("GOSSAMER_V2_GEMV_MAX_COUNT", "0"))
-# The split's GEMV row tiles, as a multiple of moe_grouped_gemv's GEMV_GATE_UP / GEMV_DOWN. Its
-# grid has a row of programs for every expert that could be small (min(E, P)), most of them
-# empty at C=64; wider row tiles make fewer programs (tokens_per_expert_ab.py times 1 and 4).
+# The split's GEMV grid. A row of programs for every expert that could be small (min(E, P) = 128
+# at C=64, of which ~34 are) costs ~88 us a layer where none is (H100, session 35: 69k programs
+# that find no tile; 4x wider row tiles cut it to ~27 us but slow the real tiles 9%, PDL off to
+# ~50). With V2_GEMV_M_PROGRAMS > 0 the grid has that many rows and each program takes every
+# V2_GEMV_M_PROGRAMS-th small expert in turn (moe_grouped_gemv's LOOP_M). V2_GEMV_WIDEN: the
+# row tiles as a multiple of GEMV_GATE_UP / GEMV_DOWN's.
+V2_GEMV_M_PROGRAMS = int(os.environ.get("GOSSAMER_V2_GEMV_M_PROGRAMS", "16"))
 V2_GEMV_WIDEN = int(os.environ.get("GOSSAMER_V2_GEMV_WIDEN", "1"))
 
 
@@ -3455,11 +3459,13 @@ def _small_experts_by_gemv(x, router_logits, schedule, route_w, experts, top_k, 
               "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
               **pdl.launch_options(x.device)}  # fmt: skip
     grid_m = min(num_experts, y.shape[0])  # one tile a small expert
+    loop_m = 0 < V2_GEMV_M_PROGRAMS < grid_m
+    grid_m = V2_GEMV_M_PROGRAMS if loop_m else grid_m
     gate_up = gemv.GEMV_GATE_UP | {"BLOCK_PAIRS": gemv.GEMV_GATE_UP["BLOCK_PAIRS"] * V2_GEMV_WIDEN}
     down = gemv.GEMV_DOWN | {"BLOCK_ROWS": gemv.GEMV_DOWN["BLOCK_ROWS"] * V2_GEMV_WIDEN}
     act = gemv.gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha,
-                       grid_m, common, gate_up)  # fmt: skip
-    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, down, y=y)
+                       grid_m, common, gate_up, loop_m)  # fmt: skip
+    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, down, y=y, loop_m=loop_m)
 
 
 # v2's slots summed by the grouped GEMV's one-launch slot sum instead of torch's sum and cast (two

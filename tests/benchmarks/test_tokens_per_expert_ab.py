@@ -30,19 +30,19 @@ def test_every_expert_gets_exactly_n_tokens(script, per_expert):
 
 def test_the_split_prices_each_busy_expert_on_its_cheaper_path(script):
     rows = []
-    for n, v2_us, gemv_us in [(1, 128.0, 64.0), (2, 128.0, 256.0)]:  # us a layer of 128 experts
+    for n, v2_us, gemv_us in [(1, 128.0, 64.0), (3, 128.0, 256.0)]:  # us a layer of 128 experts
         for us_v2, us_gemv in [(v2_us, gemv_us), (v2_us + 12.8, gemv_us + 12.8)]:  # 2 rounds
             rows.append({"path": "v2", "per_expert": n, "us": us_v2})
             rows.append({"path": "grouped_gemv", "per_expert": n, "us": us_gemv})
     rows.append({"path": "v2", "per_expert": 0, "us": 1e9})  # random rows are not prices
-    # experts 0 and 1 busy with one token each, expert 2 with three (priced as n = 2)
+    # five experts with one token, two with two (priced as one: none measured at two), one with three
     logits = torch.full((3, 8), -1.0)
     logits[0, [0, 2, 3, 4]] = 1.0
     logits[1, [1, 2, 5, 6]] = 1.0
     logits[2, [2, 3, 4, 7]] = 1.0
     estimate = script.split_estimate(rows, [logits])
-    # medians a busy expert: v2 1.05 at n = 1 and 2; the GEMV 0.55 at 1, 2.05 at 2
+    # medians a busy expert: v2 1.05 at n = 1 and 3; the GEMV 0.55 at 1, 2.05 at 3
     counts = sorted(script.counts_per_expert(logits))
     assert counts == [1, 1, 1, 1, 1, 2, 2, 3]
     assert estimate["v2_us"] == pytest.approx(8 * 1.05)
-    assert estimate["split_us"] == pytest.approx(5 * 0.55 + 3 * 1.05)
+    assert estimate["split_us"] == pytest.approx(7 * 0.55 + 1 * 1.05)
