@@ -8,19 +8,9 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s35e; . benchmarks/runs/step.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
-TAILN=6 step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py tests/kernels/test_moe_grouped_gemv.py -k "small_experts or split_schedule or test_gpu_120b" -rfE
+TAILN=6 step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py tests/kernels/test_moe_grouped_gemv.py -k "small_experts or split_schedule or test_gpu_120b_matches or test_gpu_cuda_graph_replay and not v2" -rfE
 TAILN=26 step tokens_per_expert 130 python3 benchmarks/tokens_per_expert_ab.py --per-expert 1,3 --rounds 3 --json $R/tokens_per_expert.json
-ENVS=$(python3 - "$R/tokens_per_expert.json" <<'PY'
-import json, statistics, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-def median(path):
-    return statistics.median(r["us"] for r in rows if r["path"] == path and r["per_expert"] == 0)
-envs = {"split1": "GOSSAMER_V2_GEMV_MAX_COUNT=1", "split2": "GOSSAMER_V2_GEMV_MAX_COUNT=2",
-        "split1_m32": "GOSSAMER_V2_GEMV_MAX_COUNT=1 GOSSAMER_V2_GEMV_M_PROGRAMS=32"}
-best = min(envs, key=median)
-print(envs[best] if median(best) < 0.99 * median("v2") else "")
-PY
-)
+ENVS=$(python3 benchmarks/runs/best_split.py $R/tokens_per_expert.json)
 echo "split for C=64: ${ENVS:-none}" | tee $R/best.txt
 [ -z "$ENVS" ] && exit 0
 TP="benchmarks/throughput.py --input-len 1024 --output-len 1024 --models gpt-oss-120b --concurrency 64"
