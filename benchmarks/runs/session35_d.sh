@@ -4,6 +4,9 @@
 # 4x wider GEMV row tiles (a quarter of its grid; V2_GEMV_WIDEN, new) and with PDL off, at 1 and
 # 3 pairs an expert and C=64's random routings; then README's C=64 in the fastest split variant
 # at random T=64 against the default when that variant beats v2 there by >= 1%.
+# Ran on an H100 (results/session35_call3; the script's estimate failed on the missing 2-pair
+# prices, fixed since). V2_GEMV_WIDEN and the split1_wide / split1_nopdl paths were removed after
+# it, for the loop of session35_e.sh: this script no longer runs as written.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s35d; . benchmarks/runs/step.sh

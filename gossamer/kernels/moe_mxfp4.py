@@ -3418,25 +3418,26 @@ def moe_mxfp4_grouped_v2(
 
 
 # Decode tiles: the experts that hold at most V2_GEMV_MAX_COUNT pairs go to the expert-grouped fp16
-# GEMV (moe_grouped_gemv.py) and the rest to v2, in one step. v2 dequantizes an expert's weights
+# GEMV (moe_grouped_gemv.py) and the rest to v2, in one call. v2 dequantizes an expert's weights
 # once whatever its tokens (bf16 lanes: 3.2 instructions a weight in the default 8-row loop,
 # offline); the GEMV unpacks fp16 lanes and pays its HFMA2s per token (2.2 a weight at one token,
 # 3.0 at two). At C=64 (256 pairs on ~111 experts) ~31% of the busy experts hold one pair.
-# Measured on an H100 (session 35, benchmarks/tokens_per_expert_ab.py, one 120b layer): a busy
-# expert costs v2 5.4-5.5 us at 1-4 pairs, the GEMV 4.92 at one pair and 5.82 at two. Priced per
-# expert, the split would take 3.2% off C=64's layer; measured, it adds 9% (1) or 5% (2): 605.5 ->
-# 660.7 / 638.5 us, and ~88 us a layer where no expert is small (the fp16 x and the GEMV's grids,
-# 69k programs that find no tile). C=64 1,982.6 against 2,096.1 tok/s. Off (0); kept for the H200,
-# where v2 is issue-bound (not measured there).
+# Measured on an H100 (session 35, benchmarks/tokens_per_expert_ab.py, one 120b layer, medians of
+# 3 interleaved rounds): a busy expert costs v2 5.3-5.5 us at 1-4 pairs and the GEMV 4.7-4.9 at
+# one pair, 5.8 at two; priced per expert, the split would take 3-9% off C=64's layer. Measured
+# at C=64's routings it does not: v2 594-606 us against 605 (one pair to the GEMV) and 624-659
+# (two). The GEMV's grid first had a row of programs for each expert that could be small
+# (min(E, P) = 128, ~34 are): +88 us a layer where none is, 69k programs finding no tile (644-661
+# us at C=64's routings; C=64 itself 1,982.6 against 2,096.1 tok/s). Rows of 4x wider tiles cut
+# that to +27 us but slowed the real tiles 9% (610 us); PDL off, +50 (616). Now V2_GEMV_M_PROGRAMS
+# rows of programs take every V2_GEMV_M_PROGRAMS-th small expert in turn (moe_grouped_gemv's
+# LOOP_M): +17 us where none is small, but 19% slower where all are (tiles in turn do not overlap),
+# 604.9 us (16 rows) / 603.2 (32) at C=64's routings. Two launches run their partial waves one
+# after the other; only a single launch over both kinds of tile could keep the per-expert gain.
+# Off (0); kept for the H200, where v2 is issue-bound and the GEMV's fewer instructions may pay
+# (not measured there: `bash benchmarks/runs/session35_e.sh`).
 V2_GEMV_MAX_COUNT = int(os.environ.get("GOSSAMER_V2_GEMV_MAX_COUNT", "0"))
-# The split's GEMV grid. A row of programs for every expert that could be small (min(E, P) = 128
-# at C=64, of which ~34 are) costs ~88 us a layer where none is (H100, session 35: 69k programs
-# that find no tile; 4x wider row tiles cut it to ~27 us but slow the real tiles 9%, PDL off to
-# ~50). With V2_GEMV_M_PROGRAMS > 0 the grid has that many rows and each program takes every
-# V2_GEMV_M_PROGRAMS-th small expert in turn (moe_grouped_gemv's LOOP_M). V2_GEMV_WIDEN: the
-# row tiles as a multiple of GEMV_GATE_UP / GEMV_DOWN's.
 V2_GEMV_M_PROGRAMS = int(os.environ.get("GOSSAMER_V2_GEMV_M_PROGRAMS", "16"))
-V2_GEMV_WIDEN = int(os.environ.get("GOSSAMER_V2_GEMV_WIDEN", "1"))
 
 
 def _v2_gemv_max_count(block_m: int, half: bool, swiglu_limit: float) -> int:
@@ -3461,11 +3462,10 @@ def _small_experts_by_gemv(x, router_logits, schedule, route_w, experts, top_k, 
     grid_m = min(num_experts, y.shape[0])  # one tile a small expert
     loop_m = 0 < V2_GEMV_M_PROGRAMS < grid_m
     grid_m = V2_GEMV_M_PROGRAMS if loop_m else grid_m
-    gate_up = gemv.GEMV_GATE_UP | {"BLOCK_PAIRS": gemv.GEMV_GATE_UP["BLOCK_PAIRS"] * V2_GEMV_WIDEN}
-    down = gemv.GEMV_DOWN | {"BLOCK_ROWS": gemv.GEMV_DOWN["BLOCK_ROWS"] * V2_GEMV_WIDEN}
     act = gemv.gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha,
-                       grid_m, common, gate_up, loop_m)  # fmt: skip
-    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, down, y=y, loop_m=loop_m)
+                       grid_m, common, gemv.GEMV_GATE_UP, loop_m)  # fmt: skip
+    gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, gemv.GEMV_DOWN, y=y,
+              loop_m=loop_m)  # fmt: skip
 
 
 # v2's slots summed by the grouped GEMV's one-launch slot sum instead of torch's sum and cast (two

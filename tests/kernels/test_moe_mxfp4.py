@@ -457,22 +457,19 @@ def _routed(tokens_per_expert: dict[tuple[int, int], int], num_experts: int, see
     return torch.stack(rows).to(DEVICE)
 
 
-@pytest.mark.parametrize("gemv_max,wide,m_programs", [(1, False, 0), (2, False, 0), (1, True, 0),
-                                                     (1, False, 2), (2, False, 3)])  # fmt: skip
-def test_grouped_v2_sends_small_experts_to_the_grouped_gemv(moe, monkeypatch, gemv_max, wide,
+@pytest.mark.parametrize("gemv_max,m_programs", [(1, 0), (2, 0), (1, 2), (2, 3)])
+def test_grouped_v2_sends_small_experts_to_the_grouped_gemv(moe, monkeypatch, gemv_max,
                                                             m_programs):  # fmt: skip
     """V2_GEMV_MAX_COUNT: at 8-row tiles, experts with 1..max pairs go to the grouped fp16 GEMV
     and the rest to v2 in the same call; both write their pairs' rows of one y. Experts 0 and 1
-    crowded (10 pairs: v2 tiles of 8 and 2), 2-5 with one pair, 6 with two, 7 empty. Wide: the
-    split's GEMV row tiles 4x the GEMV's own (V2_GEMV_WIDEN). m_programs: a GEMV grid of 2 or 3
-    rows whose programs take 2-3 small experts each in turn (LOOP_M); 0: a row an expert."""
+    crowded (10 pairs: v2 tiles of 8 and 2), 2-5 with one pair, 6 with two, 7 empty. m_programs:
+    a GEMV grid of 2 or 3 rows whose programs take 2-3 small experts each in turn (LOOP_M); 0: a
+    row an expert."""
     from tests.kernels.interpreted import kernel_module
 
     monkeypatch.setattr(moe, "V2_GEMV_MAX_COUNT", gemv_max)
     monkeypatch.setattr(moe, "V2_GEMV_M_PROGRAMS", m_programs)
     gemv = kernel_module("moe_grouped_gemv")
-    if wide:
-        monkeypatch.setattr(moe, "V2_GEMV_WIDEN", 4)
     given = []
     down = gemv.down
 
