@@ -439,7 +439,7 @@ def _down_tile(args, CONSTS: tl.constexpr, M: tl.constexpr):
 
 @triton.jit
 def _slot_sum_kernel(
-    y_ptr,  # [T, TOP_K, H] fp32
+    y_ptr,  # [T, TOP_K, H] fp32 or bf16
     out_ptr,  # [T, H] out
     H: tl.constexpr,
     TOP_K: tl.constexpr,

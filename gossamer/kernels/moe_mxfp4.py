@@ -3219,7 +3219,7 @@ def _v2_down_kernel(
     w_ptr,  # [E, H, INTER/32, 4] int32
     scales_ptr,  # [E, H, INTER/32] uint8
     bias_ptr,  # [E, H]
-    y_ptr,  # [P, H] fp32 out, by pair index: routing weight * expert output
+    y_ptr,  # [P, H] out (fp32, bf16 on prefill tiles), by pair index: route weight * output
     scale_step,  # 1, not specialized (see _v2_scales)
     H: tl.constexpr,
     INTER: tl.constexpr,
@@ -3399,7 +3399,7 @@ def moe_mxfp4_grouped_v2(
         X_WIDTH=x_v2.shape[1], ACT_WIDTH=act_width, NW=gu["num_warps"], S_ROW=gu_row, **common,
         **gu,
     )  # fmt: skip
-    y = torch.empty(num_pairs, hidden, dtype=torch.float32, device=x.device)  # by pair index
+    y = torch.empty(num_pairs, hidden, dtype=_v2_partials_dtype(x.dtype, block_m), device=x.device)
     cols_per_program = 16 * dn["REP"] * dn["num_warps"]
     _v2_down_kernel[(triton.cdiv(hidden, cols_per_program), max_m_tiles)](
         act, sorted_pairs, route_w, counts, offsets, tile_ends,
@@ -3466,6 +3466,25 @@ def _small_experts_by_gemv(x, router_logits, schedule, route_w, experts, top_k, 
                        grid_m, common, gemv.GEMV_GATE_UP, loop_m)  # fmt: skip
     gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, gemv.GEMV_DOWN, y=y,
               loop_m=loop_m)  # fmt: skip
+
+
+# v2's per-pair expert outputs (y, summed over each token's slots by slot_sum in fp32) in bf16 on
+# prefill tiles with bf16 activations: at 8,192 tokens y is 377 MB a layer in fp32, written by
+# down and read back by the slot sum (2.4% of a 120b prefill step on an H100, thirty-third
+# session); bf16 halves it. Each expert's output is rounded to bf16 once before the sum, as the
+# bf16 reference model does. Decode tiles keep fp32 (y is ~3 MB there). GOSSAMER_V2_BF16_PARTIALS=0
+# for A/B runs.
+V2_BF16_PARTIALS = os.environ.get("GOSSAMER_V2_BF16_PARTIALS", "1") != "0"
+
+
+def _v2_partials_dtype(x_dtype: torch.dtype, block_m: int) -> torch.dtype:
+    """The dtype of v2's per-pair outputs y at M-tiles of block_m rows (V2_BF16_PARTIALS)."""
+    prefill = block_m >= V2_MAX_BLOCK_M
+    return (
+        torch.bfloat16
+        if V2_BF16_PARTIALS and prefill and x_dtype == torch.bfloat16
+        else torch.float32
+    )
 
 
 # v2's slots summed by the grouped GEMV's one-launch slot sum instead of torch's sum and cast (two

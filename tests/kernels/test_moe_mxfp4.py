@@ -421,6 +421,20 @@ def test_v2_block_m_follows_the_cap(moe, monkeypatch):
     assert moe.v2_configs(128)[0]["num_warps"] == 8
 
 
+def test_v2_partials_in_bf16_only_on_prefill_tiles_of_bf16(moe, monkeypatch):
+    """V2_BF16_PARTIALS: y (each pair's routed expert output, summed over slots in fp32) in bf16 on
+    prefill tiles (64 rows and up) with bf16 activations; fp32 on decode tiles, for fp32 or fp16
+    activations and with the switch off. The bf16 numerics run in the GPU tests (the interpreter's
+    bf16 arithmetic is wrong)."""
+    assert moe._v2_partials_dtype(torch.bfloat16, 64) == torch.bfloat16
+    assert moe._v2_partials_dtype(torch.bfloat16, 128) == torch.bfloat16
+    assert moe._v2_partials_dtype(torch.bfloat16, 16) == torch.float32
+    assert moe._v2_partials_dtype(torch.float32, 64) == torch.float32
+    assert moe._v2_partials_dtype(torch.float16, 64) == torch.float32
+    monkeypatch.setattr(moe, "V2_BF16_PARTIALS", False)
+    assert moe._v2_partials_dtype(torch.bfloat16, 64) == torch.float32
+
+
 def test_grouped_v2_tiles_of_8_rows(moe):
     """BLOCK_M 8 (what v2 picks for a few rows an expert): experts 5 and 2 crowded past two
     M-tiles (17 pairs each: tiles of 8, 8 and 1), the rest spread thin."""
@@ -942,9 +956,10 @@ def test_gpu_120b_grouped_v2(experts_120b, tokens):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("block_m", [64, 128])
-def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
+def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, monkeypatch, block_m):
     """Prefill-sized M-tiles (1k tokens: ~32 pairs an expert) on their default configs: wrong
-    before each step waited for its wgmmas (session 22, H100: relative error inf / 0.82)."""
+    before each step waited for its wgmmas (session 22, H100: relative error inf / 0.82). Their
+    per-pair outputs in bf16 (V2_BF16_PARTIALS) stay within bf16 rounding of fp32 ones."""
     from gossamer.kernels import moe_mxfp4
 
     x, logits = _inputs_120b(1024, seed=420 + block_m)
@@ -953,6 +968,10 @@ def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, block_m):
     configs = {"gate_up_config": gate_up, "down_config": down}
     out = moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=block_m, **configs)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+    monkeypatch.setattr(moe_mxfp4, "V2_BF16_PARTIALS", False)
+    fp32_partials = moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=block_m, **configs)
+    diff = (out.float() - fp32_partials.float()).norm() / fp32_partials.float().norm()
+    assert diff < 4e-3  # norm-wise; bf16 output rounding alone is ~2e-3 an element
 
 
 @pytest.mark.gpu
