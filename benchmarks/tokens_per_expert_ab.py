@@ -17,11 +17,10 @@ first version, which cost ~88 us a layer where no expert was small).
 
 Routing is crafted so that every expert holds exactly n tokens (T = 32 n tokens, token t to
 experts 4t .. 4t + 3 mod 128): the layer's time / 128 is one busy expert's cost at n. Then the
-same for the random routings of 64 tokens (C=64's step), and the split's estimate there from
-the per-n costs (sum over busy experts of the cheaper path's cost, no launch costs) beside its
-measured time. Paths interleaved over
---rounds rounds in CUDA graphs of back-to-back calls (kernels_moe.py), each call checked once
-against the torch reference.
+same for the random routings of 64 tokens (C=64's step), and the split's estimate there from the
+per-n costs (`split_estimate`: each busy expert on the cheaper path, no launch costs) beside its
+measured time. Paths interleaved over --rounds rounds in CUDA graphs of back-to-back calls
+(kernels_moe.py), each call checked once against the torch reference.
 """
 
 from __future__ import annotations
@@ -111,7 +110,9 @@ def time_path(path: str, experts, calls) -> tuple[float, bool, float]:
 
 def split_estimate(rows: list[dict], random_logits: list[torch.Tensor]) -> dict:
     """C=64's routings priced per busy expert from the even runs' medians: v2 alone, and each
-    expert on the cheaper path (counts past the measured ones priced at the largest)."""
+    expert on the cheaper path (a count priced at the largest measured count up to it, or at
+    the smallest measured: with gaps, e.g. 1 and 3 measured, two-pair experts get one-pair
+    prices, which flatter the GEMV)."""
     cost = collections.defaultdict(dict)  # path -> n -> us a busy expert
     for path in PRICED:
         for n in sorted({r["per_expert"] for r in rows if r["per_expert"]}):
