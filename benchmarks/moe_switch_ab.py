@@ -1,6 +1,6 @@
-"""One gpt-oss-120b MoE layer with a module switch of gossamer/kernels/moe_mxfp4.py at each of its
-values, interleaved: the layer A/B for flags read at call time (V2_GEMV_MAX_COUNT,
-V2_SYNC_ORDER, ...).
+"""One gpt-oss-120b MoE layer with a module switch of gossamer/kernels (moe_mxfp4's by default) at
+each of its values, interleaved: the layer A/B for flags read at call time (V2_GEMV_MAX_COUNT,
+V2_BF16_PARTIALS, moe_grouped_gemv.LOOP_M_ROWS, ...).
 
     python benchmarks/moe_switch_ab.py --switch V2_GEMV_MAX_COUNT --values 0,1 [--tokens 64,256]
         [--rounds 3] [--json PATH]
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import os
 
 import torch
@@ -36,33 +37,43 @@ from timing import copy_bandwidth, graph_seconds_per_call
 from gossamer.kernels import moe_mxfp4 as moe
 
 
+def switch_target(switch: str) -> tuple[object, str]:
+    """(module, name) of "NAME" (in moe_mxfp4) or "MODULE.NAME" (a gossamer.kernels module)."""
+    module_name, _, name = switch.rpartition(".")
+    module = importlib.import_module(f"gossamer.kernels.{module_name}") if module_name else moe
+    if not hasattr(module, name):
+        raise SystemExit(f"{module.__name__} has no {name}")
+    return module, name
+
+
 def time_value(experts, switch: str, value, calls) -> dict:
-    """One layer's time per call with moe_mxfp4.<switch> = value."""
+    """One layer's time per call with the switch (`switch_target`) set to value."""
 
     def fn(x, logits):
         return moe.moe_mxfp4(x, logits, experts, TOP_K, LIMIT, ALPHA)
 
-    default = getattr(moe, switch)
-    setattr(moe, switch, type(default)(value))
+    module, name = switch_target(switch)
+    default = getattr(module, name)
+    setattr(module, name, type(default)(value))
     try:
         ok, err = check(fn, experts, *calls[0])
         seconds = graph_seconds_per_call([lambda x=x, lg=lg: fn(x, lg) for x, lg in calls])
     finally:
-        setattr(moe, switch, default)
+        setattr(module, name, default)
     return {"value": str(value), "tokens": calls[0][0].shape[0], "us": seconds * 1e6, "ok": ok,
             "rel_err": err}  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--switch", required=True, help="a module global of moe_mxfp4")
+    parser.add_argument("--switch", required=True,
+                        help="a module global: NAME of moe_mxfp4, or MODULE.NAME")  # fmt: skip
     parser.add_argument("--values", required=True, help="comma-separated, the baseline first")
     parser.add_argument("--tokens", default="64,256")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if not hasattr(moe, args.switch):
-        raise SystemExit(f"moe_mxfp4 has no {args.switch}")
+    switch_target(args.switch)  # fails early on an unknown switch
     values = [ast.literal_eval(v) for v in args.values.split(",")]
     bandwidth = copy_bandwidth()
     experts = make_experts()

@@ -666,12 +666,31 @@ def moe_mxfp4_grouped_gemv(
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
               "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
               **pdl.launch_options(x.device)}  # fmt: skip
-    grid_m = max_m_tiles(num_pairs, num_experts, block_m)
+    grid_m, loop_m = loop_grid(max_m_tiles(num_pairs, num_experts, block_m), LOOP_M_ROWS)
     act = gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha, grid_m,
-                  common, gu)  # fmt: skip
-    y = down(act, schedule, route_w, experts, hidden, grid_m, common, dn)
+                  common, gu, loop_m)  # fmt: skip
+    y = down(act, schedule, route_w, experts, hidden, grid_m, common, dn, loop_m=loop_m)
     slot_sum(y, out, top_k)
     return out
+
+
+# The grid's M rows are an upper bound of the M-tiles (no host sync). At 32 tokens (128 pairs,
+# 2-slot tiles) it is 128 rows for ~89 tiles: ~21k programs a layer that find no tile, and in
+# session 35 (H100, the split of moe_mxfp4.V2_GEMV_MAX_COUNT) such programs of these kernels cost
+# 0.7-1.3 ns each, up to ~25 us of a ~440 us layer here (not measured on this path). With
+# LOOP_M_ROWS > 0 the grid has at most that many rows and a program takes every LOOP_M_ROWS-th
+# tile in turn (LOOP_M; tiles in turn do not overlap, which cost the split's GEMV 19% where all
+# 128 experts had a tile on 16 rows). 0: a row for each possible tile. A/B:
+# `moe_switch_ab.py --switch moe_grouped_gemv.LOOP_M_ROWS --values 0,64,96 --tokens 16,32`.
+LOOP_M_ROWS = int(os.environ.get("GOSSAMER_GEMV_LOOP_M_ROWS", "0"))
+
+
+def loop_grid(bound: int, rows: int) -> tuple[int, bool]:
+    """(the grid's M rows, whether its programs loop over M-tiles) for `bound` possible tiles
+    and at most `rows` rows (0: no cap)."""
+    if 0 < rows < bound:
+        return rows, True
+    return bound, False
 
 
 def _check_config(config: dict, rows_key: str, rows_per_thread: int) -> dict:

@@ -3459,9 +3459,8 @@ def _small_experts_by_gemv(x, router_logits, schedule, route_w, experts, top_k, 
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "BLOCK_M": block_m,
               "ACT_EXP": act_exponent(swiglu_limit), "LAYOUT": layout_code(experts),
               **pdl.launch_options(x.device)}  # fmt: skip
-    grid_m = min(num_experts, y.shape[0])  # one tile a small expert
-    loop_m = 0 < V2_GEMV_M_PROGRAMS < grid_m
-    grid_m = V2_GEMV_M_PROGRAMS if loop_m else grid_m
+    # at most one tile a small expert
+    grid_m, loop_m = gemv.loop_grid(min(num_experts, y.shape[0]), V2_GEMV_M_PROGRAMS)
     act = gemv.gate_up(x_h, x_unscale, schedule, experts, top_k, swiglu_limit, swiglu_alpha,
                        grid_m, common, gemv.GEMV_GATE_UP, loop_m)  # fmt: skip
     gemv.down(act, schedule, route_w, experts, hidden, grid_m, common, gemv.GEMV_DOWN, y=y,

@@ -36,3 +36,15 @@ def test_each_value_holds_during_its_capture_and_the_default_returns(benchmark_s
                        "rel_err": 0.0}  # fmt: skip
         assert moe.V2_GEMV_MAX_COUNT == default
     assert seen == [("check", 0), ("graph", 0), ("check", 1), ("graph", 1)]
+
+
+def test_switches_name_moe_mxfp4_globals_or_those_of_another_kernel_module(benchmark_script,
+                                                                           monkeypatch):  # fmt: skip
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    script = benchmark_script("moe_switch_ab")
+    from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
+
+    assert script.switch_target("V2_BF16_PARTIALS") == (moe_mxfp4, "V2_BF16_PARTIALS")
+    assert script.switch_target("moe_grouped_gemv.LOOP_M_ROWS") == (moe_grouped_gemv, "LOOP_M_ROWS")
+    with pytest.raises(SystemExit, match="has no NOPE"):
+        script.switch_target("moe_grouped_gemv.NOPE")

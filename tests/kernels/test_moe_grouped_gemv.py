@@ -81,6 +81,16 @@ def test_matches_reference(gemv, tokens, block_m):
     assert _error(gemv, tokens, 4, seed=71 + tokens, block_m=block_m) < FP16_TOLERANCE
 
 
+@pytest.mark.parametrize("tokens,block_m,rows", [(17, 2, 1), (17, 2, 3), (40, 4, 5), (5, 1, 64)])
+def test_grid_rows_looping_over_m_tiles(gemv, monkeypatch, tokens, block_m, rows):
+    """LOOP_M_ROWS: at most `rows` grid rows, each program taking every rows-th M-tile in turn
+    (one row: all of them; 17 tokens on top-4 of 8 experts in 2-slot tiles is ~36 tiles); a cap
+    above the tile bound (64) leaves the grid as it was."""
+    monkeypatch.setattr(gemv, "LOOP_M_ROWS", rows)
+    assert gemv.loop_grid(36, rows) == ((rows, True) if rows < 36 else (36, False))
+    assert _error(gemv, tokens, 4, seed=75 + rows, block_m=block_m) < FP16_TOLERANCE
+
+
 @pytest.mark.parametrize("block_m,specialize", [(4, 0), (8, 0), (8, 1)])
 def test_crowded_and_empty_experts(gemv, block_m, specialize):
     """Every token on experts 5 and 2 (17 pairs each: tiles of 4 or 8 and a last tile of one),
