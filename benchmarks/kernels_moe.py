@@ -283,6 +283,16 @@ def main() -> None:
     print(f"# {time.time() - started:.0f} s")
 
 
+def ab_setup(note: str = "") -> tuple[float, ExpertWeights]:
+    """The interleaved A/B scripts' start: (copy bandwidth, the random 120b experts), and their
+    header line (GPU, versions, copy rate, `note`)."""
+    bandwidth = copy_bandwidth()
+    experts = make_experts()
+    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
+          f" copy {bandwidth / 1e12:.2f} TB/s {note}".rstrip(), flush=True)  # fmt: skip
+    return bandwidth, experts
+
+
 def print_medians(rows: list[dict], key: str, names: list[str]) -> None:
     """Median us of each `key` value (names) at each token count, and against names[0]: the
     closing table of the interleaved A/B scripts (word_layouts_ab.py, gluon_moe_ab.py)."""

@@ -19,20 +19,18 @@ import ast
 import importlib
 import os
 
-import torch
-import triton
 from kernels_moe import (
     ALPHA,
     LIMIT,
     TOP_K,
+    ab_setup,
     calls_per_graph,
     check,
     make_calls,
-    make_experts,
     print_medians,
     write_rows,
 )
-from timing import copy_bandwidth, graph_seconds_per_call
+from timing import graph_seconds_per_call
 
 from gossamer.kernels import moe_mxfp4 as moe
 
@@ -75,10 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     switch_target(args.switch)  # fails early on an unknown switch
     values = [ast.literal_eval(v) for v in args.values.split(",")]
-    bandwidth = copy_bandwidth()
-    experts = make_experts()
-    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
-          f" {args.switch} in {values}", flush=True)  # fmt: skip
+    bandwidth, experts = ab_setup(f"{args.switch} in {values}")
     rows = []
     for tokens in (int(t) for t in args.tokens.split(",")):
         calls = make_calls(tokens, calls_per_graph(tokens), seed=tokens)

@@ -31,7 +31,6 @@ import os
 import statistics
 
 import torch
-import triton
 from kernels_moe import (
     ALPHA,
     DEVICE,
@@ -40,13 +39,13 @@ from kernels_moe import (
     HIDDEN,
     LIMIT,
     TOP_K,
+    ab_setup,
     calls_per_graph,
     check,
     make_calls,
-    make_experts,
     write_rows,
 )
-from timing import copy_bandwidth, graph_seconds_per_call
+from timing import graph_seconds_per_call
 
 from gossamer.kernels import moe_grouped_gemv, moe_mxfp4
 
@@ -139,10 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    bandwidth = copy_bandwidth()
-    experts = make_experts()
-    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
-          f" copy {bandwidth / 1e12:.2f} TB/s", flush=True)  # fmt: skip
+    bandwidth, experts = ab_setup()
     cases = [(n, even_calls(n, calls_per_graph(32 * n), seed=n))
              for n in (int(v) for v in args.per_expert.split(","))]  # fmt: skip
     random_calls = make_calls(args.random_tokens, calls_per_graph(args.random_tokens), seed=64)

@@ -18,21 +18,19 @@ import dataclasses
 import os
 import statistics
 
-import torch
-import triton
 from kernels_moe import (
     ALPHA,
     LIMIT,
     TOP_K,
+    ab_setup,
     calls_per_graph,
     check,
     floor_bytes,
     make_calls,
-    make_experts,
     print_medians,
     write_rows,
 )
-from timing import copy_bandwidth, graph_seconds_per_call
+from timing import graph_seconds_per_call
 
 from gossamer.kernels import moe_mxfp4 as moe
 from gossamer.model import mxfp4
@@ -60,10 +58,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    bandwidth = copy_bandwidth()
-    experts = make_experts()
-    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
-          f" copy {bandwidth / 1e12:.2f} TB/s", flush=True)  # fmt: skip
+    bandwidth, experts = ab_setup()
     rows = []
     for tokens in (int(t) for t in args.tokens.split(",")):
         calls = make_calls(tokens, calls_per_graph(tokens), seed=tokens)

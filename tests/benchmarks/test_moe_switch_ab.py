@@ -48,3 +48,21 @@ def test_switches_name_moe_mxfp4_globals_or_those_of_another_kernel_module(bench
     assert script.switch_target("moe_grouped_gemv.LOOP_M_ROWS") == (moe_grouped_gemv, "LOOP_M_ROWS")
     with pytest.raises(SystemExit, match="has no NOPE"):
         script.switch_target("moe_grouped_gemv.NOPE")
+
+
+def test_ab_setup_measures_builds_and_prints_the_header(monkeypatch, capsys):
+    """kernels_moe.ab_setup, the A/B scripts' shared start (the GPU parts stubbed out)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import kernels_moe
+
+    experts = object()
+    monkeypatch.setattr(kernels_moe, "copy_bandwidth", lambda: 3.01e12)
+    monkeypatch.setattr(kernels_moe, "make_experts", lambda: experts)
+    monkeypatch.setattr(kernels_moe.torch.cuda, "get_device_name", lambda: "GPU X")
+    assert kernels_moe.ab_setup("V2_BF16_PARTIALS in [0, 1]") == (3.01e12, experts)
+    header = capsys.readouterr().out.strip()
+    assert header.startswith("# GPU X torch ") and header.endswith(
+        " copy 3.01 TB/s V2_BF16_PARTIALS in [0, 1]"
+    )
+    kernels_moe.ab_setup()
+    assert capsys.readouterr().out.strip().endswith("copy 3.01 TB/s")
