@@ -306,12 +306,6 @@ def main() -> None:
         help="MXFP4 bit layout on the GPU: as published, or repacked at load (model/mxfp4.py)",
     )
     parser.add_argument(
-        "--fused-norm-max-m",
-        type=int,
-        default=None,
-        help="rows up to which the RMSNorm runs in the GEMV prologue (0: separate launches)",
-    )
-    parser.add_argument(
         "--fuse-rope",
         choices=("default", "on", "off"),
         default="default",
@@ -347,8 +341,6 @@ def main() -> None:
         attention.MERGE_IN_KERNEL = args.attention_merge == "in-kernel"
     if args.grouped_gemv_max_pairs is not None:
         moe_mxfp4.GROUPED_GEMV_MAX_PAIRS = args.grouped_gemv_max_pairs
-    if args.fused_norm_max_m is not None:
-        gemv.FUSED_NORM_MAX_M = args.fused_norm_max_m
     if args.fuse_rope != "default":
         attention.FUSE_ROPE_KV = args.fuse_rope == "on"
     if args.moe_layout != "default":  # read by mxfp4.gpu_layout() as the model loads

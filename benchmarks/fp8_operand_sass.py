@@ -109,8 +109,6 @@ def compile_prototype(token_columns: int):
     """The prototype kernel compiled for sm_90 (Triton's CUDA tools, no GPU)."""
     import sass_counts  # (imports the MoE kernels: only when compiling)
 
-    global _split8  # the MoE's helper, which the prototype calls (see its declaration below)
-    _split8 = sass_counts.moe._split8
     kernel = _prototype
     signature = dict(xh_ptr="*fp8e4nv", xl_ptr="*fp8e4nv", w_ptr="*i32", s_ptr="*u8",
                      out_ptr="*fp32")  # fmt: skip
@@ -118,9 +116,18 @@ def compile_prototype(token_columns: int):
     return sass_counts.compile_sm90(kernel, signature, constexprs, num_warps=4)
 
 
-# moe_mxfp4._split8, set by compile_prototype: importing the MoE kernels at the top would decorate
-# them before the CPU tests choose the interpreter (tests/kernels/conftest.py)
-_split8 = None
+@triton.jit
+def _split8(t):
+    """[A, B, 8] -> its 8 slices [A, B] along the last axis, in order."""
+    t = tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2))  # last axis 4a + 2b + c
+    t0, t1 = tl.split(t)
+    t00, t01 = tl.split(t0)
+    t10, t11 = tl.split(t1)
+    g0, g4 = tl.split(t00)
+    g2, g6 = tl.split(t01)
+    g1, g5 = tl.split(t10)
+    g3, g7 = tl.split(t11)
+    return g0, g1, g2, g3, g4, g5, g6, g7
 
 
 @triton.jit

@@ -5,22 +5,15 @@
 Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the weights load once):
   defaults     MXFP4 repacked for the fp16 GEMV (model/mxfp4.py LAYOUT_FP16_LANES), RoPE + KV
                write inside attention (attention.FUSE_ROPE_KV), the RMSNorms as their own launches
-  norm_folded  the defaults with the RMSNorm in the GEMV prologue (gemv.FUSED_NORM_MAX_M)
-  router_norm_whole / router_norm_kernel  the post-attention RMSNorm in the prologue of the
-               whole-row batch-1 router GEMV / as its own launch (gemv.FUSED_NORM_WHOLE_ROWS)
   no_rope      RoPE + KV write as its own launch
   no_layout    the published MXFP4 bit layout (the experts are repacked back in place)
   lanes_12_10 / lanes_13_9 / lanes_16_8  the MXFP4 words in another GPU layout (mxfp4.LANE_LAYOUTS:
                dearer fp16 unpacks for the batch-1 GEMVs, cheaper bf16 ones for v2)
-  none         all three off
-  router_split the router + routing launch without the norm in it (the norm kernel first)
-  no_router    the norm, the router GEMV and the routing as three launches (moe_mxfp4.FUSED_ROUTER off)
+  none         both off
   down_ahead0/2 the batch-1 MoE down GEMV without / with its scales and activation words loaded
                a step early (moe_mxfp4.DECODE_FP16_DOWN's AHEAD; the default 2; gate_up has none)
   down_early / down_late  down's first step of weight words and scales loaded before / after
                its PDL wait (DECODE_FP16_DOWN's EARLY)
-  packed_gate_up  the batch-1 gate_up GEMV reads a copy of gate_up packed by program
-               (moe_mxfp4.PACKED_GATE_UP, off by default; +6.8 GB on 20b, +41 GB on 120b)
   packed / no_packed  QKV and O read from / not from tile-packed copies of their weights
                (gemv.USE_PACKED, on by default; weights.pack_dense_for_gpu: each program's tiles
                one contiguous run);
@@ -33,8 +26,6 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                (attention.PREFETCH_NEXT_KV, on by default since the ninth session)
   split_128    at least 128 keys per split (attention.DECODE_MIN_SPLIT_KEYS, default 64): fewer
                splits to merge, each of two or more tiles that the prefetch overlaps
-  sliding_whole sliding-window layers in one split of the whole window, no merge
-               (attention.SLIDING_WHOLE_WINDOW)
   ko_<part>    timing only, the step's tokens are wrong: one part of every layer left out of the
                graph (its output a fixed buffer or its input passed through), so that its
                difference from the defaults is that part's marginal cost inside the graph, with
@@ -57,12 +48,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                sixteenth session; qkv_split the split tile before it); qkv_whole_k_s6 / _s12
                (the default since the seventeenth) / _s16 its pipeline depth; o_whole_k_s8 /
                o_split2_s8 / o_split3_s6 O in 1-3 splits
-  norm_folded_early  norm_folded with the QKV GEMV's first W tile loaded before its PDL wait
-  topk_keys    the routing's top-k by packed int64 keys in the routing kernel and the expert GEMVs
-               (moe_mxfp4.TOP_K_KEYS, the routing kernel's default since the seventeenth session,
-               and ROUTE_IN_TOP_K_KEYS); topk_two_reductions neither; route_in_keys the expert
-               GEMVs' only; route_in_all / route_in_all_keys: the expert GEMVs route themselves
-               at any expert count (120b)
+  topk_keys    the routing kernel's top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS, its
+               default since the seventeenth session); topk_two_reductions by two reductions a
+               slot; route_in_all: the expert GEMVs route themselves at any expert count (120b)
   graph_131k   the graph captured for a 131k context (the server's max_model_len: 64 attention
                key splits at batch 1) instead of about the benchmark's context (16 at 1k), with
                no context-bucket graphs
@@ -112,7 +100,7 @@ from timing import copy_bandwidth
 from gossamer.kernels import attention, gemv, moe_mxfp4, norm
 from gossamer.model import mxfp4
 from gossamer.model.loader import load_model
-from gossamer.model.weights import pack_dense_for_gpu, pack_gate_up_for_gpu, set_experts_layout
+from gossamer.model.weights import pack_dense_for_gpu, set_experts_layout
 from gossamer.runner import model_runner
 from gossamer.runner.model_runner import ModelRunner
 
@@ -120,15 +108,10 @@ from gossamer.runner.model_runner import ModelRunner
 # blocks takes a few seconds).
 VARIANTS = {
     "defaults": {},
-    "norm_folded": {"fused_norm_max_m": gemv.GEMV_MAX_M},
-    "router_norm_whole": {"norm_whole_rows": True},
-    "router_norm_kernel": {"norm_whole_rows": False},
     "no_rope": {"fuse_rope": False},
     "no_layout": {"layout": mxfp4.LAYOUT_HF},
     **{name: {"layout": name} for name in mxfp4.LANE_LAYOUTS if name != mxfp4.LAYOUT_FP16_LANES},
-    "none": {"layout": mxfp4.LAYOUT_HF, "fused_norm_max_m": 0, "fuse_rope": False},
-    "router_split": {"router_norm": False},
-    "no_router": {"fused_router": False},
+    "none": {"layout": mxfp4.LAYOUT_HF, "fuse_rope": False},
     # AHEAD of the batch-1 MoE down GEMV: 2 loads each step's scales and activation words a step
     # early (the default), 0 does not
     "down_ahead0": {"down_ahead": 0},
@@ -138,12 +121,9 @@ VARIANTS = {
     "late_kv": {"early_kv": False},
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
-    "sliding_whole": {"sliding_whole": True},
     # QKV and O read from tile-packed copies (gemv.USE_PACKED; registered once per model)
     "packed": {"packed": True},
     "no_packed": {"packed": False},  # (the default since the fifteenth session is packed)
-    # the batch-1 gate_up GEMV from a copy of gate_up packed by program (moe_mxfp4.PACKED_GATE_UP)
-    "packed_gate_up": {"packed_gate_up": True},
     # gate_up's EARLY: its expert from the router logits and its first words before the PDL wait
     "gate_up_early": {"gate_up": {"EARLY": 1}},
     "gate_up_late": {"gate_up": {"EARLY": 0}},
@@ -245,14 +225,12 @@ for _n, _k, _w, _s in UNEMBED_TILES:
 # The decode MoE with its routing kernel (the default until the fifteenth session), and batch-1
 # expert GEMV and norm launch configs inside the graph (moe_decode_sweep.py timed them alone).
 VARIANTS["routing_kernel"] = {"route_in_experts": False}
-# The top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS: one reduction a slot instead of two), in
-# the routing kernel or in the expert GEMVs; route_in_all: routing in the expert GEMVs at 128
-# experts too (120b; ROUTE_IN_EXPERTS_MAX_EXPERTS 32 keeps it to 20b)
-VARIANTS["topk_keys"] = {"topk_keys": True, "route_in_keys": True}
-VARIANTS["topk_two_reductions"] = {"topk_keys": False, "route_in_keys": False}
-VARIANTS["route_in_keys"] = {"route_in_keys": True}
+# The routing kernel's top-k by packed int64 keys (moe_mxfp4.TOP_K_KEYS: one reduction a slot
+# instead of two) or not; route_in_all: routing in the expert GEMVs at 128 experts too (120b;
+# ROUTE_IN_EXPERTS_MAX_EXPERTS 32 keeps it to 20b)
+VARIANTS["topk_keys"] = {"topk_keys": True}
+VARIANTS["topk_two_reductions"] = {"topk_keys": False}
 VARIANTS["route_in_all"] = {"route_in_max_experts": 1 << 30}
-VARIANTS["route_in_all_keys"] = {"route_in_max_experts": 1 << 30, "route_in_keys": True}
 # The step's greedy pick made in the graph and fed back in place (model_runner.GREEDY_IN_GRAPH,
 # written in the seventeenth session, on since the twentieth), or an argmax after the graph and a
 # copy
@@ -289,13 +267,6 @@ DOWN_VARIANTS = {
 VARIANTS.update({name: {"gate_up": config} for name, config in GATE_UP_VARIANTS.items()})
 VARIANTS.update({name: {"down_extra": config} for name, config in DOWN_VARIANTS.items()})
 VARIANTS.update({f"norm_w{warps}": {"norm_warps": warps} for warps in (2, 4, 16)})
-# The input norm in the unsplit QKV's prologue (each of its 320 programs reads the whole row anyway;
-# norm_folded lost in the third session against ~1,000 split programs); _early: with the first W
-# tile loaded before the PDL wait, so it is in flight during the prologue
-VARIANTS["norm_folded_early"] = {
-    "fused_norm_max_m": gemv.GEMV_MAX_M,
-    "gemv": {"tall_m1": replace(gemv.CONFIGS["tall_m1"], early=True)},
-}
 VARIANTS["all_early"] = {
     "gemv": GEMV_VARIANTS["dense_early"],
     "gate_up": {"EARLY": 1},
@@ -367,30 +338,23 @@ def knock_out(model, part: str | None) -> None:
 
 def apply(model, variant: dict, defaults: dict) -> None:
     set_experts_layout(model, variant.get("layout", mxfp4.gpu_layout()))
-    gemv.FUSED_NORM_MAX_M = variant.get("fused_norm_max_m", defaults["fused_norm_max_m"])
-    gemv.FUSED_NORM_WHOLE_ROWS = variant.get("norm_whole_rows", defaults["norm_whole_rows"])
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
     attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
     attention.DECODE_MIN_SPLIT_KEYS = variant.get("min_split_keys", defaults["min_split_keys"])
-    attention.SLIDING_WHOLE_WINDOW = variant.get("sliding_whole", defaults["sliding_whole"])
-    moe_mxfp4.FUSED_ROUTER = variant.get("fused_router", defaults["fused_router"])
     # the knock-outs patch ops.moe and ops.rms_norm, which only the path with the routing kernel
     # calls
     route_default = defaults["route_in_experts"] and "knockout" not in variant
     moe_mxfp4.ROUTE_IN_EXPERTS = variant.get("route_in_experts", route_default)
     norm.NUM_WARPS = variant.get("norm_warps", defaults["norm_warps"])
-    moe_mxfp4.PACKED_GATE_UP = variant.get("packed_gate_up", defaults["packed_gate_up"])
     gemv.TRITON_UNEMBED = variant.get("triton_unembed", defaults["triton_unembed"])
     moe_mxfp4.TOP_K_KEYS = variant.get("topk_keys", defaults["topk_keys"])
-    moe_mxfp4.ROUTE_IN_TOP_K_KEYS = variant.get("route_in_keys", defaults["route_in_keys"])
     model_runner.GREEDY_IN_GRAPH = variant.get("greedy_in_graph", defaults["greedy_in_graph"])
     model_runner.CONTEXT_GRAPHS = variant.get("context_graphs", defaults["context_graphs"])
     model_runner.ADVANCE_IN_GRAPH = variant.get("advance_in_graph", defaults["advance_in_graph"])
     moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS = variant.get(
         "route_in_max_experts", defaults["route_in_max_experts"]
     )
-    moe_mxfp4.ROUTER_NORM = variant.get("router_norm", defaults["router_norm"])
     down_ahead = variant.get("down_ahead", defaults["down_ahead"])
     early = variant.get("down_early", defaults["down"].get("EARLY", 0)) if down_ahead == 2 else 0
     moe_mxfp4.DECODE_FP16_DOWN = (defaults["down"] | {"AHEAD": down_ahead, "EARLY": early}
@@ -457,17 +421,14 @@ def interleaved_times(model, chosen: list[str], defaults: dict, args) -> dict[st
 
 def current_defaults() -> dict:
     """The module switches and configs that `apply` sets, as they are now (the defaults)."""
-    return {"fused_norm_max_m": gemv.FUSED_NORM_MAX_M, "fuse_rope": attention.FUSE_ROPE_KV,
-            "norm_whole_rows": gemv.FUSED_NORM_WHOLE_ROWS,
-            "fused_router": moe_mxfp4.FUSED_ROUTER, "router_norm": moe_mxfp4.ROUTER_NORM,
+    return {"fuse_rope": attention.FUSE_ROPE_KV,
             "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
             "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
-            "sliding_whole": attention.SLIDING_WHOLE_WINDOW,
             "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,
             "route_in_experts": moe_mxfp4.ROUTE_IN_EXPERTS, "norm_warps": norm.NUM_WARPS,
-            "packed_gate_up": moe_mxfp4.PACKED_GATE_UP, "triton_unembed": gemv.TRITON_UNEMBED,
-            "topk_keys": moe_mxfp4.TOP_K_KEYS, "route_in_keys": moe_mxfp4.ROUTE_IN_TOP_K_KEYS,
+            "triton_unembed": gemv.TRITON_UNEMBED,
+            "topk_keys": moe_mxfp4.TOP_K_KEYS,
             "greedy_in_graph": model_runner.GREEDY_IN_GRAPH,
             "context_graphs": model_runner.CONTEXT_GRAPHS,
             "advance_in_graph": model_runner.ADVANCE_IN_GRAPH,
@@ -487,8 +448,6 @@ def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
         gemv.clear_packed()  # a previous model's
         tiles = {tuple(t) for v in chosen for t in VARIANTS[v].get("pack_tiles", [])}
         print(f"{pack_dense_for_gpu(model, tuple(sorted(tiles)))} packed copies of QKV / O weights")
-    if any(VARIANTS[v].get("packed_gate_up") for v in chosen) and not moe_mxfp4.PACKED_GATE_UP:
-        print(f"{pack_gate_up_for_gpu(model)} packed copies of gate_up")  # (the loader's, if on)
     if args.interleave:
         times = interleaved_times(model, chosen, defaults, args)
     else:

@@ -43,7 +43,7 @@ GROUPED_GATE_UP_ARGS = dict(x_ptr="*bf16", **SCHEDULE_ARGS, w_ptr="*i32", scales
 GROUPED_DOWN_ARGS = dict(act_ptr="*bf16", sorted_pairs_ptr="*i32", route_w_ptr="*fp32",
                          counts_ptr="*i32", offsets_ptr="*i32", tile_ends_ptr="*i32", w_ptr="*i32",
                          scales_ptr="*u8", bias_ptr="*bf16", y_ptr="*fp32")  # fmt: skip
-V2_GATE_UP_ARGS = dict(x_unscale_ptr="*fp32", scale_step="i32")
+V2_GATE_UP_ARGS = dict(scale_step="i32")
 GROUPED_SHAPES = dict(H=H, INTER=INTER, E=128, E_P2=128, DOT_BF16=True, LANES=moe.LANES_BF16_PTX)
 
 
@@ -153,16 +153,13 @@ def v2_kernels(block_m: int, gu: dict, dn: dict) -> list[tuple[str, object]]:
     """The v2 kernels compiled for sm_90 at `block_m` rows with configs gu and dn:
     [("gate_up", compiled), ("down", compiled)]."""
     shapes = GROUPED_SHAPES | dict(BLOCK_M=block_m)
-    half = {"act_ptr": "*fp16"} if gu.get("HALF") else {}  # fp16 operands (x too, in gate_up)
-    x_half = {"x_ptr": "*fp16"} if half else {}
-    gate_up = compile_sm90(moe._v2_gate_up_kernel,
-                           GROUPED_GATE_UP_ARGS | V2_GATE_UP_ARGS | half | x_half,
+    gate_up = compile_sm90(moe._v2_gate_up_kernel, GROUPED_GATE_UP_ARGS | V2_GATE_UP_ARGS,
                            shapes | dict(TOP_K=4, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
                                          X_WIDTH=moe._v2_padded(H, gu["GROUPS_PER_STEP"]),
                                          ACT_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
                                          NW=gu["num_warps"], **_constexprs(gu)), gu["num_warps"],
                            gu.get("maxnreg"))  # fmt: skip
-    down = compile_sm90(moe._v2_down_kernel, GROUPED_DOWN_ARGS | dict(scale_step="i32") | half,
+    down = compile_sm90(moe._v2_down_kernel, GROUPED_DOWN_ARGS | dict(scale_step="i32"),
                         shapes | dict(X_WIDTH=moe._v2_padded(INTER, dn["GROUPS_PER_STEP"]),
                                       NW=dn["num_warps"], **_constexprs(dn)), dn["num_warps"],
                         dn.get("maxnreg"))  # fmt: skip
@@ -254,18 +251,12 @@ def main() -> None:
     # expert), the C=64 bar's decode steps; SYNC: its mma.sync K order (moe.V2_SYNC_ORDER, the
     # default since session 29: LAYOUT 1 with SYNC is what the GPU runs); LAYOUT 1: the words as
     # the GPU holds them (repacked at load, mxfp4.LAYOUT_FP16_LANES); maxnreg: registers a thread,
-    # a launch option (moe.V2_TILE_CHANGES);
-    # SWAP: the activations stored with bits 1 and 4 swapped (moe.V2_ACT_SWAP); HALF: fp16
-    # operands, one dot per scale group (moe.V2_FP16)
+    # a launch option (moe.V2_TILE_CHANGES)
     eight = moe.V2_TILE_CHANGES[8]
     repacked = {"LAYOUT": moe.LAYOUT_FP16_LANES}
-    sync = {"SYNC": True, "SWAP": True}
-    half = {"HALF": True, "GROUPS_PER_STEP": moe.V2_FP16_GROUPS}
-    v2_cases = [(8, eight | repacked), (8, eight | repacked | {"SYNC": True}),
-                (8, eight | repacked | {"SYNC": True, "maxnreg": 64}),
-                (8, eight | repacked | half),
-                (8, eight | repacked | half | {"NUM_STAGES": 4}),
-                (8, eight | repacked | {"SWAP": True}), (16, repacked),
+    sync = {"SYNC": True}
+    v2_cases = [(8, eight | repacked), (8, eight | repacked | sync),
+                (8, eight | repacked | sync | {"maxnreg": 64}), (16, repacked),
                 (8, eight), (8, eight | {"NUM_STAGES": 2}), (8, eight | sync),
                 (8, eight | sync | {"NUM_STAGES": 2}), (16, {}), (16, {"SCALE_PREFETCH": 0}),
                 (16, {"REP": 2}), (32, {})]  # fmt: skip

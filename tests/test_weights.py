@@ -211,30 +211,6 @@ def test_pack_dense_for_gpu_registers_qkv_and_o_in_their_plans_tiles():
         gemv.clear_packed()
 
 
-def test_pack_gate_up_for_gpu_registers_every_layers_gate_up_in_the_default_tile():
-    """moe_mxfp4.PACKED_GATE_UP's copies: one per MXFP4 layer, in DECODE_FP16_GATE_UP's tile,
-    the bits of pack_gate_up, found by that layer's experts (and no other tensor)."""
-    from gossamer.kernels import moe_mxfp4
-    from gossamer.model.weights import pack_gate_up_for_gpu
-
-    model = load_model("gossamer/models/gpt-oss-mini", load_format="dummy", dtype="float32").model
-    config = moe_mxfp4.DECODE_FP16_GATE_UP
-    tile = (config["BLOCK_PAIRS"], config["GROUPS_PER_STEP"])
-    moe_mxfp4.clear_packed_gate_up()
-    try:
-        assert pack_gate_up_for_gpu(model) == len(model.model.layers)
-        for layer in model.model.layers:
-            experts = layer.mlp.experts.weights()
-            packed = moe_mxfp4._PACKED_GATE_UP[experts.gate_up_blocks.data_ptr(), *tile]
-            assert packed.source() is experts.gate_up_blocks
-            words, scales = moe_mxfp4.pack_gate_up(
-                experts.gate_up_blocks, experts.gate_up_scales, *tile
-            )
-            assert torch.equal(packed.words, words) and torch.equal(packed.scales, scales)
-    finally:
-        moe_mxfp4.clear_packed_gate_up()
-
-
 def test_expert_scales_above_the_kernels_limit_are_refused(tmp_path):
     """The Triton kernels build scales without a clamp, so the loader checks every expert's e8m0
     exponent (a written checkpoint and the limit itself pass; 193 and NaN's 255 do not)."""

@@ -79,10 +79,8 @@ MAX_SPLITS = 64
 # past it: at batch 64 (512 programs of 8 kv heads) rounding the split count up gave 2 splits, and
 # one was faster (H100, session 22, kernels_attention.py --sweep-batch: a full layer at 1k keys
 # 57.2 -> 53.4 us, at 2k 101.5 -> 99.2, a sliding one 13.4 -> 10.5). With 132 SMs and 8 kv heads
-# only batches 9, 17-21 and 34-65 get fewer splits than before (half). GOSSAMER_ATTN_SPLITS_UP=1
-# rounds up again (A/B runs).
+# only batches 9, 17-21 and 34-65 get fewer splits than before (half).
 PROGRAMS_PER_SM = 4
-SPLITS_ROUND_UP = os.environ.get("GOSSAMER_ATTN_SPLITS_UP", "0") == "1"
 # ROPE_KV launches load their first key tile (block ids, K, V) before the PDL wait, so that its trip
 # from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
 # GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
@@ -102,10 +100,9 @@ PREFETCH_NEXT_KV = os.environ.get("GOSSAMER_ATTN_PREFETCH_NEXT", "1") != "0"
 # GOSSAMER_ATTN_MIN_SPLIT_KEYS for A/B runs (benchmarks/kernels_attention.py --min-split-keys).
 DECODE_MIN_SPLIT_KEYS = int(os.environ.get("GOSSAMER_ATTN_MIN_SPLIT_KEYS", "64"))
 # Sliding-window layers see at most window + query keys (129 at decode): with the split above they
-# run as two splits and a merge. True gives them one split of the whole window (two pipelined key
-# iterations, no partials, no arrival, no merge). An A/B switch (benchmarks/fusion_ab.py
-# sliding_whole), off until measured; GOSSAMER_ATTN_SLIDING_WHOLE=1 turns it on.
-SLIDING_WHOLE_WINDOW = os.environ.get("GOSSAMER_ATTN_SLIDING_WHOLE", "0") == "1"
+# run as two splits and a merge. One split of the whole window was slower (H200, session 12:
+# 120b batch 1 2.235 against 2.199 ms, 20b 1.571 against 1.555): the merge's trips through L2
+# cost less than a program's extra key iteration.
 # Split launches merge their partials in the attention kernel (the tile's last program) instead of
 # a second launch (issue #8: the merge kernel cost 1.26 us per layer plus a launch gap on the H200).
 # A switch for A/B measurements.
@@ -754,8 +751,6 @@ def paged_attention(
         block_n = block_n or DECODE_BLOCK_N
         if min_split_keys is None:  # forced splits (tests) keep chunks as short as block_n
             min_split_keys = DECODE_MIN_SPLIT_KEYS if num_splits is None else block_n
-            if sliding_window and SLIDING_WHOLE_WINDOW and num_splits is None:
-                min_split_keys = max(min_split_keys, sliding_window + max_query_len - 1)
         min_chunk = triton.cdiv(max(min_split_keys, 1), block_n) * block_n
         if num_splits is None:
             visible = _max_visible_keys(max_seq_len, max_query_len, sliding_window)
@@ -978,8 +973,6 @@ def _decode_splits(
     min_chunk keys. A power of two (rounded down) so that few merge kernels get compiled."""
     programs = num_seqs * num_kv_heads
     wanted = PROGRAMS_PER_SM * _sm_count(device) // programs
-    if SPLITS_ROUND_UP:
-        wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), programs)
     splits = min(wanted, triton.cdiv(visible_keys, min_chunk), MAX_SPLITS)
     return 1 << int(math.log2(max(splits, 1)))
 

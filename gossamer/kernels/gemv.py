@@ -38,13 +38,11 @@ one run instead of BLOCK_N rows' 128-byte pieces (benchmarks/chain_floor.py: tha
 batch-1 step). A dot-kernel plan with the copy's tile reads it (PACKED constexpr); cuBLAS and other
 tiles read W.
 
-`norm_linear` runs the residual add + RMSNorm that feeds a projection (QKV, the MoE router) in the
-GEMV's prologue (NORM constexpr): a separate norm launch is 2-3 us at batch 1, twice per layer. After
-the PDL wait every program reads the whole rows of x (+ residual) for the rows' 1/rms, then builds
-its x tiles as rms_norm(x + residual) * norm_weight rounded to x's dtype, the values the norm kernel
-(gossamer/kernels/norm.py) would have written. The programs of row block 0 also write x + residual
-and the normed rows of their K range, to fresh buffers (other programs still read the inputs).
-Its twin is TorchOps.rms_norm then torch.nn.functional.linear.
+The residual add + RMSNorm that feeds a projection runs as its own kernel (kernels/norm.py).
+Folded into the GEMV's prologue (every program reading the whole rows for their 1/rms before its
+first weight tile) it was slower at batch 1 (H200, sessions 4 and 17, fusion_ab.py: 120b 2.51 ->
+2.67 ms a step, 20b 1.448 -> 1.805; in the whole-row router only, 20b 1.505 -> 1.515) and was
+removed in session 36.
 """
 
 from __future__ import annotations
@@ -86,21 +84,6 @@ CLASS_MAX_M = (
 MAX_SPLITS = 64  # the fix-ups unroll their sum over the splits
 COUNTER_SLOTS = 8192  # row blocks the "last" fix-up can count; more fall back to "reduce"
 NO_SPLIT, SPLIT_REDUCE, SPLIT_LAST = 0, 1, 2  # how a kernel finishes (SPLIT constexpr)
-# `norm_linear` fuses the norm up to this many rows (0: the norm kernel, then the GEMV).
-# NOTE: every program reads all M rows of x (+ residual) for the norm, so the prologue's cost grows
-# with M; at 0 or above GEMV_MAX_M the norm is a separate launch again.
-# Off by default: measured on the H200 (2026-12-03, benchmarks/fusion_ab.py, 120b batch 1, two
-# interleaved rounds on one machine) the fold made the step slower, 2.51 -> 2.67 ms: each program's
-# prologue (read the rows, reduce) delays its first weight bytes more than the launch it saves.
-# GOSSAMER_FUSED_NORM=1 turns it on (at GEMV_MAX_M rows).
-FUSED_NORM_MAX_M = GEMV_MAX_M if os.environ.get("GOSSAMER_FUSED_NORM", "0") == "1" else 0
-# `norm_linear` also fuses the norm wherever the plan reads whole rows (WHOLE_K: the batch-1
-# router), at any M: there every program loads all of x anyway, so the fold adds a sum of squares
-# and the residual's loads, not a trip to L2 before each tile. Off: in the graph (H200, 2026-12-04,
-# fusion_ab.py router_norm_whole) 20b 1.505 -> 1.515 ms a step, 120b 2.118 -> 2.132. (env: A/B)
-FUSED_NORM_WHOLE_ROWS = os.environ.get("GOSSAMER_FUSED_NORM_WHOLE_ROWS", "0") == "1"
-NORM_VALUES_PER_THREAD = 32  # row values each thread sums per step of the norm prologue
-NORM_UNROLL = tl.constexpr(4)  # steps of the prologue's row loop unrolled: their loads overlap
 
 
 @dataclass(frozen=True)
@@ -272,18 +255,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return gemv(x, weight, bias)
 
 
-def fuses_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor) -> bool:
-    """Whether `norm_linear` serves this problem (else: the norm kernel, then `linear`)."""
-    if residual is not None and (residual.dtype != hidden.dtype or residual.shape != hidden.shape):
-        return False
-    if not serves(hidden, weight):
-        return False
-    rows = hidden.numel() // hidden.shape[-1]
-    if rows <= FUSED_NORM_MAX_M:
-        return True
-    return FUSED_NORM_WHOLE_ROWS and default_config(rows, *weight.shape).block_k == WHOLE_K
-
-
 def logits(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -405,49 +376,6 @@ def _packed_tiles(weight: torch.Tensor, plan: GemvPlan) -> torch.Tensor | None:
     return packed.tiles if packed is not None and packed.source() is weight else None
 
 
-@dataclass(frozen=True)
-class NormPrologue:
-    """The residual add + RMSNorm in front of a GEMV (TorchOps.rms_norm's arithmetic)."""
-
-    residual: torch.Tensor | None  # [M, K], added to x before the norm
-    weight: torch.Tensor  # [K] (float32 in the model)
-    eps: float
-    residual_out: torch.Tensor | None  # [M, K] x + residual (with a residual)
-    normed_out: torch.Tensor | None  # [M, K] the normed x (when wanted)
-
-
-def norm_linear(
-    hidden: torch.Tensor,  # [..., K], at most MAX_ROWS rows
-    residual: torch.Tensor | None,  # [..., K]
-    norm_weight: torch.Tensor,  # [K]
-    eps: float,
-    weight: torch.Tensor,  # [N, K]
-    bias: torch.Tensor | None,  # [N]
-    want_normed: bool,
-    config: GemvConfig | None = None,  # override of CONFIGS (benchmarks, tests)
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """(linear(normed), normed if want_normed, hidden + residual) with normed = rms_norm(hidden +
-    residual) * norm_weight, in one launch; without a residual the new residual is `hidden`."""
-    x2d, weight = _checked(hidden.contiguous(), weight)
-    rows, in_features, out_features = x2d.shape[0], x2d.shape[1], weight.shape[0]
-    if norm_weight.shape != (in_features,):
-        raise ValueError(f"norm weight {tuple(norm_weight.shape)} for {in_features} features")
-    residual2d = None if residual is None else residual.contiguous().view(x2d.shape)
-    prologue = NormPrologue(
-        residual2d,
-        norm_weight.contiguous(),
-        eps,
-        None if residual is None else torch.empty_like(x2d),
-        torch.empty_like(x2d) if want_normed else None,
-    )
-    out = torch.empty((rows, out_features), dtype=x2d.dtype, device=x2d.device)
-    if rows > 0:
-        _launch(x2d, weight, bias, out, _plan(x2d, weight, config), prologue)
-    new_residual = hidden if residual is None else prologue.residual_out.view(hidden.shape)
-    normed = prologue.normed_out.view(hidden.shape) if want_normed else None
-    return out.view(*hidden.shape[:-1], out_features), normed, new_residual
-
-
 def _checked(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x as [M, K] rows and weight, both with a unit stride along K; raises on shapes not served."""
     in_features = x.shape[-1]
@@ -474,7 +402,6 @@ def _launch(
     bias,
     out,
     plan: GemvPlan,
-    prologue: NormPrologue | None = None,
     greedy=None,
     advance: DecodeAdvance | None = None,
 ) -> None:
@@ -490,9 +417,7 @@ def _launch(
     packed = _packed_tiles(weight, plan)
     w_arg = weight if packed is None else packed
     args = (x, w_arg, bias_arg, out, partial, counters, num_tokens, out_features, in_features,
-            x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split,
-            *_prologue_args(x, prologue))  # fmt: skip
-    tile_rows = 1 if config.kernel == "fma" else plan.block_m
+            x.stride(0), weight.stride(0), out.stride(0), plan.k_per_split)  # fmt: skip
     round_out = out.dtype != x.dtype  # `logits`: float32 values of x's dtype
     constants = dict(
         ROUND_OUT=round_out,
@@ -503,7 +428,6 @@ def _launch(
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         num_warps=config.num_warps,
-        **_prologue_constants(prologue, in_features, tile_rows, config.num_warps),
         **pdl.launch_options(x.device),
     )
     grid = (plan.row_blocks, plan.split_k)
@@ -541,31 +465,6 @@ def _advance_args(advance: DecodeAdvance) -> dict:
 
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-
-
-def _prologue_args(x: torch.Tensor, prologue: NormPrologue | None) -> tuple:
-    """The kernels' norm arguments: residual, norm weight, the two K-range outputs and eps (x as
-    the placeholder of a tensor that is not there: never read or written)."""
-    if prologue is None:
-        return (x, x, x, x, 0.0)
-    tensors = (prologue.residual, prologue.weight, prologue.residual_out, prologue.normed_out)
-    return (*(x if tensor is None else tensor for tensor in tensors), prologue.eps)
-
-
-def _prologue_constants(
-    prologue: NormPrologue | None, in_features: int, tile_rows: int, num_warps: int
-) -> dict:
-    if prologue is None:
-        return dict(NORM=False, HAS_RESIDUAL=False, STORE_NORMED=False, NORM_BLOCK=16)
-    # the prologue's row chunk: [tile_rows, NORM_BLOCK] values, NORM_VALUES_PER_THREAD per thread
-    wanted = NORM_VALUES_PER_THREAD * 32 * num_warps // tile_rows
-    norm_block = max(16, min(triton.next_power_of_2(in_features), wanted))
-    return dict(
-        NORM=True,
-        HAS_RESIDUAL=prologue.residual is not None,
-        STORE_NORMED=prologue.normed_out is not None,
-        NORM_BLOCK=norm_block,
-    )
 
 
 def _split_mode(plan: GemvPlan, device: torch.device) -> int:
@@ -611,7 +510,7 @@ def _num_sms(device: torch.device) -> int:
 
 @triton.jit
 def _gemv_dot_kernel(
-    x_ptr,  # [M, K]; with NORM the hidden state before the residual add
+    x_ptr,  # [M, K]
     w_ptr,  # [N, K]
     bias_ptr,  # [N]
     out_ptr,  # [M, N]
@@ -620,23 +519,14 @@ def _gemv_dot_kernel(
     M,
     N,
     K,
-    stride_x,  # also the row stride of the NORM buffers below
+    stride_x,
     stride_w,
     stride_out,
     k_per_split,  # a multiple of BLOCK_K
-    res_ptr,  # [M, K] residual (NORM and HAS_RESIDUAL)
-    norm_w_ptr,  # [K] norm weight (NORM)
-    res_out_ptr,  # [M, K] x + residual, written by row block 0 (NORM and HAS_RESIDUAL)
-    normed_out_ptr,  # [M, K] normed x, written by row block 0 (NORM and STORE_NORMED)
-    eps,  # (NORM)
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,  # NO_SPLIT, SPLIT_REDUCE or SPLIT_LAST
     NUM_SPLITS: tl.constexpr,  # grid axis 1
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no column masks
-    NORM: tl.constexpr,  # x tiles are rms_norm(x + residual) * norm weight (module doc)
-    HAS_RESIDUAL: tl.constexpr,
-    STORE_NORMED: tl.constexpr,
-    NORM_BLOCK: tl.constexpr,  # columns per step of the norm's row loop
     IEEE_FP32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -683,8 +573,6 @@ def _gemv_dot_kernel(
         W_STEP: tl.constexpr = 1
     w_ptrs = w_rows[:, None] + cols[None, :]  # [BLOCK_N, BLOCK_K]
     x_ptrs = x_ptr + tokens[None, :] * stride_x + k_begin + cols[:, None]  # x^T [BLOCK_K, BLOCK_M]
-    # (NORM) x^T and the K-range outputs; not folded into x_ptrs, whose SASS then changes
-    x_offsets = tokens[None, :] * stride_x + k_begin + cols[:, None]
     if PDL:
         # the weights no kernel writes: start their trip from HBM while the previous kernel runs
         for tile in tl.static_range(PREFETCH):
@@ -692,20 +580,16 @@ def _gemv_dot_kernel(
     if EARLY:  # weights: no kernel writes them
         w_first = _masked_load(w_ptrs, (cols < k_len)[None, :], EVEN_K or PACKED)
     pdl.wait(PDL)
-    rstd = _norm_rstd(x_ptr, res_ptr, tokens * stride_x, K, eps, NORM, HAS_RESIDUAL, NORM_BLOCK)
-    owner = token_ids < tl.where(pid_n == 0, M, 0)  # row block 0 stores the K-range outputs
-    x_args = (x_ptr, x_ptrs, x_offsets, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
-              k_begin, cols, rstd, owner, k_len)  # fmt: skip
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     start = 0
     if EARLY:  # the first tile peeled off the loop
-        x = _dot_x_tile(x_args, 0, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
+        x = _masked_load(x_ptrs, (cols < k_len)[:, None], EVEN_K)
         acc = _dot_acc(w_first, x, acc, IEEE_FP32)
         start = BLOCK_K
     for offset in range(start, k_len, BLOCK_K):
         w = _masked_load(w_ptrs + offset * W_STEP, (offset + cols < k_len)[None, :],
                          EVEN_K or PACKED)  # fmt: skip
-        x = _dot_x_tile(x_args, offset, NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K)
+        x = _masked_load(x_ptrs + offset, (offset + cols < k_len)[:, None], EVEN_K)
         acc = _dot_acc(w, x, acc, IEEE_FP32)
     _finish(acc, row_ids, token_ids, M, N, bias_ptr, out_ptr, stride_out, partial_ptr, counter_ptr,
             pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty, ROUND_OUT,
@@ -713,22 +597,6 @@ def _gemv_dot_kernel(
             (adv_positions_ptr, adv_seq_lens_ptr, adv_slots_ptr, adv_slot_stride, adv_tables_ptr,
              adv_group_stride, adv_seq_stride, adv_column_stride, adv_table_columns,
              adv_block_size), ADVANCE_GROUPS)  # fmt: skip
-
-
-@triton.jit
-def _dot_x_tile(x_args, offset, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                STORE_NORMED: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
-    """The dot kernel's x^T tile [BLOCK_K, BLOCK_M] at columns offset.. of its K range: loaded,
-    or with NORM normalised on the way (`_normed_tile`)."""
-    x_ptr, x_ptrs, x_offsets, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, k_begin, cols, \
-        rstd, owner, k_len = x_args  # fmt: skip
-    in_k = offset + cols < k_len
-    if NORM:
-        return _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr,
-                            x_offsets + offset, k_begin + offset + cols[:, None], rstd[None, :],
-                            in_k[:, None], owner[None, :] & in_k[:, None], HAS_RESIDUAL,
-                            STORE_NORMED, EVEN_K)  # fmt: skip
-    return _masked_load(x_ptrs + offset, in_k[:, None], EVEN_K)
 
 
 @triton.jit
@@ -740,7 +608,7 @@ def _dot_acc(w, x, acc, IEEE_FP32: tl.constexpr):
 
 @triton.jit
 def _gemv_fma_kernel(
-    x_ptr,  # [1, K]; with NORM the hidden state before the residual add
+    x_ptr,  # [1, K]
     w_ptr,  # [N, K]
     bias_ptr,  # [N]
     out_ptr,  # [1, N]
@@ -753,19 +621,10 @@ def _gemv_fma_kernel(
     stride_w,
     stride_out,
     k_per_split,  # a multiple of BLOCK_K
-    res_ptr,  # [1, K] (the NORM arguments: see _gemv_dot_kernel)
-    norm_w_ptr,  # [K]
-    res_out_ptr,  # [1, K]
-    normed_out_ptr,  # [1, K]
-    eps,
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     EVEN_K: tl.constexpr,
-    NORM: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-    STORE_NORMED: tl.constexpr,
-    NORM_BLOCK: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     VEC: tl.constexpr,  # elements per 16-byte load
@@ -788,90 +647,18 @@ def _gemv_fma_kernel(
     acc = tl.zeros([BLOCK_K // VEC, BLOCK_N, VEC], tl.float32)
     w_next = _load_columns(w_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K)  # weights: before the wait
     pdl.wait(PDL)
-    rstd = _norm_rstd(x_ptr, res_ptr, tl.zeros([1], tl.int32), K, eps, NORM, HAS_RESIDUAL,
-                      NORM_BLOCK)  # fmt: skip
-    owner = tl.zeros([1, 1, 1], tl.int32) < tl.where(pid_n == 0, 1, 0)  # row block 0 stores
-    norm_args = (res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, rstd[:, None, None], owner)
-    x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, 0, k_len, norm_args, NORM, HAS_RESIDUAL,
-                    STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
+    x_next = _load_columns(x_ptrs, cols, 0, k_len, EVEN_K, BLOCK_K).to(tl.float32)
     for offset in range(0, k_len, BLOCK_K):
         w, x = w_next, x_next
         # double buffering: the next tile's loads are issued before this tile's multiply-adds
         w_next = _load_columns(w_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
-        x_next = _fma_x(x_ptrs, x_ptr, k_begin + cols, cols, offset + BLOCK_K, k_len, norm_args,
-                        NORM, HAS_RESIDUAL, STORE_NORMED, EVEN_K, BLOCK_K)  # fmt: skip
+        x_next = _load_columns(x_ptrs, cols, offset + BLOCK_K, k_len, EVEN_K, BLOCK_K)
+        x_next = x_next.to(tl.float32)
         acc += w.to(tl.float32) * x
     y = tl.sum(tl.sum(acc, axis=2), axis=0)  # [BLOCK_N]
     _finish(y[:, None], row_ids, tl.arange(0, 1), 1, N, bias_ptr, out_ptr, stride_out, partial_ptr,
             counter_ptr, pid_n, pid_k, HAS_BIAS, SPLIT, NUM_SPLITS, x_ptr.dtype.element_ty,
             ROUND_OUT)  # fmt: skip
-
-
-@triton.jit
-def _fma_x(x_ptrs, x_ptr, x_offsets, cols, offset, k_len, norm_args, NORM: tl.constexpr,
-           HAS_RESIDUAL: tl.constexpr, STORE_NORMED: tl.constexpr, EVEN_K: tl.constexpr,
-           BLOCK_K: tl.constexpr):  # fmt: skip
-    """The FMA kernel's float32 x tile of columns [offset, offset + BLOCK_K): loaded through the
-    zero-row-stride x_ptrs [chunks, rows, VEC] (see _load_columns), or with NORM built at x_offsets
-    [chunks, 1, VEC] (x's offsets are the norm weight's, M == 1), which broadcasts over the rows:
-    the norm's arithmetic is then done once per column, not once per row a thread holds."""
-    if NORM:
-        res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, rstd, owner = norm_args
-        in_k = offset + cols < k_len
-        offsets = x_offsets + _column_offset(offset, k_len, EVEN_K, BLOCK_K)
-        x = _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, offsets, offsets,
-                         rstd, in_k, owner & in_k, HAS_RESIDUAL, STORE_NORMED, EVEN_K)  # fmt: skip
-    else:
-        x = _load_columns(x_ptrs, cols, offset, k_len, EVEN_K, BLOCK_K)
-    return x.to(tl.float32)
-
-
-@triton.jit
-def _norm_rstd(x_ptr, res_ptr, row_offsets, K, eps, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-               NORM_BLOCK: tl.constexpr):  # fmt: skip
-    """With NORM the rows' 1 / rms (_row_rstd), else ones (unused: kernels that do not normalise)."""
-    if NORM:
-        return _row_rstd(x_ptr, res_ptr, row_offsets, K, eps, HAS_RESIDUAL, NORM_BLOCK)
-    return tl.full(row_offsets.shape, 1.0, tl.float32)
-
-
-@triton.jit
-def _row_rstd(x_ptr, res_ptr, row_offsets, K, eps, HAS_RESIDUAL: tl.constexpr,
-              NORM_BLOCK: tl.constexpr):  # fmt: skip
-    """[rows] float32 1 / sqrt(mean((x + residual)^2) + eps) of the whole rows at row_offsets."""
-    cols = tl.arange(0, NORM_BLOCK)
-    squares = tl.zeros([row_offsets.shape[0], NORM_BLOCK], tl.float32)
-    for start in tl.range(0, K, NORM_BLOCK, loop_unroll_factor=NORM_UNROLL):
-        offsets = row_offsets[:, None] + start + cols[None, :]
-        in_k = (start + cols < K)[None, :]
-        h = _residual_sum(x_ptr + offsets, res_ptr + offsets, in_k, HAS_RESIDUAL, False)
-        squares += h.to(tl.float32) * h.to(tl.float32)
-    return tl.rsqrt(tl.sum(squares, axis=1) / K + eps)
-
-
-@triton.jit
-def _normed_tile(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, normed_out_ptr, offsets, w_offsets, rstd,
-                 mask, store_mask, HAS_RESIDUAL: tl.constexpr, STORE_NORMED: tl.constexpr,
-                 EVEN_K: tl.constexpr):  # fmt: skip
-    """The x tile at `offsets` as the norm kernel writes it: rms_norm(x + residual) * norm weight
-    (w_offsets), rounded to x's dtype; where store_mask, also x + residual and the tile itself."""
-    h = _residual_sum(x_ptr + offsets, res_ptr + offsets, mask, HAS_RESIDUAL, EVEN_K)
-    norm_w = _masked_load(norm_w_ptr + w_offsets, mask, EVEN_K).to(tl.float32)
-    normed = (norm_w * (h.to(tl.float32) * rstd)).to(h.dtype)  # TorchOps.rms_norm's order
-    if HAS_RESIDUAL:
-        tl.store(res_out_ptr + offsets, h, mask=store_mask)
-    if STORE_NORMED:
-        tl.store(normed_out_ptr + offsets, normed, mask=store_mask)
-    return normed
-
-
-@triton.jit
-def _residual_sum(x_ptrs, res_ptrs, mask, HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr):
-    """x + residual rounded once to x's dtype, as torch's add (and the norm kernel) rounds it."""
-    x = _masked_load(x_ptrs, mask, EVEN_K)
-    if HAS_RESIDUAL:
-        x = (x.to(tl.float32) + _masked_load(res_ptrs, mask, EVEN_K).to(tl.float32)).to(x.dtype)
-    return x
 
 
 @triton.jit

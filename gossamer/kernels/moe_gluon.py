@@ -254,7 +254,7 @@ def _matmul(x_rows, w_ptr, s_ptr, rows, K: gl.constexpr, BLOCK_M: gl.constexpr,
     if G % 4 != 0:  # the last partial step: masked words and activations
         words, scales = _load_words(w_ptr, s_ptr, rows, gl_idx, wi, FULL, G)
         w = _dequantized(words, scales, a_layout, LAYOUT)
-        group = FULL * 4 + moe_mxfp4._v2_group_of(col, False, False)
+        group = FULL * 4 + moe_mxfp4._v2_group_of(col, False)
         x = gl.load(x_ptrs + FULL * STEP_K, mask=group < G, other=0.0)
         _cta_barrier()  # every warp is past its last wgmma wait: stage 0 is free
         x_smem.index(0).store(x)

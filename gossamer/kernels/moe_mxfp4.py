@@ -44,11 +44,9 @@ Without inline PTX (the interpreter, or USE_INLINE_PTX = False) both paths decod
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import weakref
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -186,17 +184,13 @@ class MoEShapeError(ValueError):
 # instructions instead of 491 (sm_90 SASS, benchmarks/sass_counts.py), the batch-1 gate_up 317
 # instead of 328. Measured on an H100 (session 27, interleaved runs): one 120b MoE layer at 64
 # tokens 625.0 -> 615.5 us, `throughput.py --concurrency 64` 2,222.2 / 2,231.0 -> 2,273.2 tok/s,
-# batch 1 unchanged (395.5 -> 397.5). GOSSAMER_MOE_OLD_UNPACK=1 puts back session 26's code (the
-# clamps and the 13-instruction unpack) for A/B runs.
-_OLD_UNPACK = tl.constexpr(os.environ.get("GOSSAMER_MOE_OLD_UNPACK", "0") == "1")
+# batch 1 unchanged (395.5 -> 397.5).
 
 
 @triton.jit
 def _e8m0_scale(scales):
     """uint8 e8m0 exponents s -> fp32 2^(s-127) * 2^14 (undoes the fp16 encoding's 2^-14)."""
     biased = scales.to(tl.int32) + _FP16_OFFSET_EXP
-    if _OLD_UNPACK:
-        biased = tl.minimum(biased, 254)
     return (biased << 23).to(tl.float32, bitcast=True)
 
 
@@ -204,9 +198,6 @@ def _e8m0_scale(scales):
 def _bf16_scale_pairs(scales):
     """uint8 e8m0 exponents s (<= mxfp4.KERNEL_MAX_SCALE) -> int32 bf16x2 words, both lanes
     2^(s-65): the exponent s + 62 in bits 7..14 of each lane, written as one multiply-add."""
-    if _OLD_UNPACK:
-        biased = tl.minimum(scales.to(tl.int32) + (126 - _LANE_SHIFT), 254)
-        return (biased << 7) | (biased << 23)
     return scales.to(tl.int32) * 0x00800080 + (126 - _LANE_SHIFT) * 0x00800080
 
 
@@ -396,11 +387,9 @@ def _route_kernel(
     x_ptr,  # [T, H] (read unless X_LAYOUT == 0)
     x_out_ptr,  # X_LAYOUT 1: [T, 8, H/8] fp32 nibble planes; 2: [T, H] paired K order;
     # 3: [T, H] fp16 pair planes (see _group_dot), scaled by 2^e_t (max |x| * 2^e_t in [2^14, 2^15))
-    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: v2's
-    # mma.sync order stored with SWAP; 6: v2's order stored with SWAP (`_v2_act_swap`); 7: [T, HP]
-    # fp16 (fp32 for fp32 x) scaled as 3, in _v2h_position order (`_v2_fp16`); 8: the mma.sync
-    # order (`_v2_sync_order`)
-    x_unscale_ptr,  # X_LAYOUT 3 and 7: [T] fp32 out, 2^-e_t
+    # 4: [T, HP] the grouped v2 step order (_v2_position; HP = H padded to whole steps); 5: the
+    # same in the mma.sync order (`_v2_sync_order`)
+    x_unscale_ptr,  # X_LAYOUT 3: [T] fp32 out, 2^-e_t
     logits_row_stride,
     E: tl.constexpr,
     E_P2: tl.constexpr,
@@ -436,33 +425,29 @@ def _route_kernel(
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
             tl.store(x_out_ptr + token * H + _paired_index(k), values, mask=k < H)
-    elif X_LAYOUT == 4 or X_LAYOUT == 5 or X_LAYOUT == 6 or X_LAYOUT == 8:
+    elif X_LAYOUT == 4 or X_LAYOUT == 5:
         HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
-        SYNC: tl.constexpr = X_LAYOUT == 5 or X_LAYOUT == 8  # outside the loop: unrolled, a
-        SWAP: tl.constexpr = X_LAYOUT == 5 or X_LAYOUT == 6  # constexpr would be reassigned
+        # outside the loop: unrolled, a constexpr would be reassigned
+        SYNC: tl.constexpr = X_LAYOUT == 5
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0)
-            position = _v2_position(k, V2_GROUPS, SYNC, SWAP)
+            position = _v2_position(k, V2_GROUPS, SYNC)
             tl.store(x_out_ptr + token * HP + position, values, mask=k < H)
     elif ONE_PASS:
         _store_fp16_planes(x_row, k_row, x_out_ptr + token * H, x_unscale_ptr + token, H)
-    elif X_LAYOUT == 3 or X_LAYOUT == 7:  # x * 2^e_t: the row's max first, then the stores
+    elif X_LAYOUT == 3:  # x * 2^e_t: the row's max first, then the stores
         amax = 0.0
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(values), axis=0))
         scale = _fp16_row_scale(amax, x_unscale_ptr + token)
-        HP: tl.constexpr = (H // 32 + V2_GROUPS - 1) // V2_GROUPS * V2_GROUPS * 32
         for start in tl.static_range(0, H, BLOCK_H):
             k = start + tl.arange(0, BLOCK_H)
             values = tl.load(x_ptr + token * H + k, mask=k < H, other=0.0).to(tl.float32)
             scaled = (values * scale).to(x_out_ptr.dtype.element_ty)
-            if X_LAYOUT == 7:
-                tl.store(x_out_ptr + token * HP + _v2h_position(k), scaled, mask=k < H)
-            else:
-                tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
+            tl.store(x_out_ptr + token * H + _pair_plane_index(k, H), scaled, mask=k < H)
 
 
 @triton.jit
@@ -514,11 +499,10 @@ def _top_k(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.conste
 # (ties: the lower expert) and the same routing weights. In the graph (H200, fusion_ab.py,
 # fed, 2026-12-04, 5 of 5 rounds): 120b's routing kernel with it -10 us a step, but 20b's expert
 # GEMVs routing themselves (32 experts: one warp, no shared memory to save) +9 us, so those keep
-# the two reductions (ROUTE_IN_TOP_K_KEYS). Nor did the keys make routing inside the expert GEMVs
-# pay at 128 experts (route_in_all_keys: +38 us against the routing kernel), so
-# ROUTE_IN_EXPERTS_MAX_EXPERTS stays. (env: A/B runs)
+# the two reductions (the keys there were removed in session 36). Nor did the keys make routing
+# inside the expert GEMVs pay at 128 experts (route_in_all_keys: +38 us against the routing
+# kernel), so ROUTE_IN_EXPERTS_MAX_EXPERTS stays. (env: A/B runs)
 TOP_K_KEYS = os.environ.get("GOSSAMER_TOP_K_KEYS", "1") == "1"
-ROUTE_IN_TOP_K_KEYS = os.environ.get("GOSSAMER_ROUTE_IN_TOP_K_KEYS", "0") == "1"
 
 
 @triton.jit
@@ -543,13 +527,13 @@ def _top_k_keys(logits, expert, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.c
 
 @triton.jit
 def _routed_expert(logits_row_ptr, k, E: tl.constexpr, E_P2: tl.constexpr, TOP_K: tl.constexpr,
-                   K_P2: tl.constexpr, KEYS: tl.constexpr = False):  # fmt: skip
+                   K_P2: tl.constexpr):  # fmt: skip
     """The expert in slot k of a token's routing, from its logits row as `_route_kernel` reads
-    it (the same top-k: the same id)."""
+    it (the same top-k, by two reductions a slot: the same id as its packed keys give)."""
     expert = tl.arange(0, E_P2)
     logits = tl.load(logits_row_ptr + expert, mask=expert < E, other=float("-inf"),
                      cache_modifier=".cg").to(tl.float32)  # fmt: skip
-    _, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2, KEYS)
+    _, top_ids = _top_k(logits, expert, E, E_P2, TOP_K, K_P2)
     return tl.sum(tl.where(tl.arange(0, K_P2) == k, top_ids, 0), axis=0)
 
 
@@ -591,11 +575,7 @@ def route_fp16(
     return _route(router_logits, top_k, x, "fp16")
 
 
-_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync_swap": 5, "v2_swap": 6,
-              "v2_fp16": 7, "v2_sync": 8}  # fmt: skip
-# v2's activation layouts by (SYNC, SWAP): `_v2_sync_order`, `_v2_act_swap`
-_V2_X_LAYOUTS = {(False, False): "v2", (True, True): "v2_sync_swap", (False, True): "v2_swap",
-                 (True, False): "v2_sync"}  # fmt: skip
+_X_LAYOUTS = {"planes": 1, "paired": 2, "fp16": 3, "v2": 4, "v2_sync": 5}
 
 
 def _route(
@@ -616,12 +596,8 @@ def _route(
     elif x is not None and x_layout == "fp16":
         x_out = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
         x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
-    elif x is not None and x_layout in _V2_X_LAYOUTS.values():  # last step's holes: unread
+    elif x is not None and x_layout in ("v2", "v2_sync"):  # last step's holes: unread
         x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=x.dtype, device=device)
-    elif x is not None and x_layout == "v2_fp16":  # fp16 for the tensor cores, fp32 stays exact
-        dtype = torch.float16 if x.dtype == torch.bfloat16 else x.dtype
-        x_out = torch.empty(num_tokens, _v2_padded(hidden, v2_groups), dtype=dtype, device=device)
-        x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
     elif x is not None:
         x_out = torch.empty_like(x)
     if num_tokens == 0:
@@ -662,140 +638,6 @@ def route_reference(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tens
     return top_ids.flatten().to(torch.int32), torch.softmax(top_logits, dim=-1).flatten()
 
 
-# ----------------------------------------------------------------------------------------------
-# Decode: the post-attention norm, the router and the routing in one launch
-# ----------------------------------------------------------------------------------------------
-# At batch 1 the norm, the router GEMV (0.74 MB on 120b) and the routing are three short launches,
-# each a dependent trip to memory. `_router_route_kernel` does all three: each program takes a
-# column slice of the router weight for every expert (loaded before its PDL wait: weights are
-# constant), normalises its slice of x on the fly (its full rows are read once for the norm's
-# sum of squares) and stores float32 partial logits; the last program to arrive (atomic counter)
-# adds the partials in a fixed order, rounds the logits as the separate GEMV would, picks the top
-# k and writes x as the fp16 GEMV's input. The expert ids then come from the kernel two launches
-# before gate_up's successor, as the down GEMV's early weight prefetch requires (see pdl.py).
-# Off by default: measured on the H200 (2026-12-03, benchmarks/fusion_ab.py, batch 1, 1k context,
-# two interleaved rounds on one machine) it is slower: 120b 2.602 ms per step with the norm inside,
-# 2.527 with the norm kernel first, 2.511 for the three separate launches; 20b 1.852 / 1.856 /
-# 1.796. The last program's serial tail (partials, top-k, the whole row again) costs more than
-# the launches it saves. GOSSAMER_FUSED_ROUTER=1 turns it on.
-FUSED_ROUTER = os.environ.get("GOSSAMER_FUSED_ROUTER", "0") == "1"
-ROUTER_NORM = os.environ.get("GOSSAMER_ROUTER_NORM", "1") != "0"  # the norm too (else its kernel)
-ROUTER_MAX_TOKENS = 8  # every program loops over the tokens: decode and short verification steps
-ROUTER_BLOCK_K = 64  # router columns per program (2880 -> 45 programs)
-ROUTER_WARPS = 4
-
-
-@triton.jit
-def _router_route_kernel(
-    x_ptr,  # [M, H]: NORM: the attention output (normed here); else the normed rows
-    res_ptr,  # [M, H] residual stream (NORM and HAS_RESIDUAL)
-    norm_w_ptr,  # [H] fp32 norm weight (NORM)
-    res_out_ptr,  # [M, H] out: x + residual (NORM and HAS_RESIDUAL)
-    w_ptr,  # [E, H] router weight
-    bias_ptr,  # [E]
-    partial_ptr,  # [SPLITS, M, E_P2] fp32 scratch
-    counter_ptr,  # [1] int32, zero between launches
-    ids_ptr,  # [M * TOP_K] int32 out
-    weights_ptr,  # [M * TOP_K] fp32 out
-    x_h_ptr,  # [M, H] fp16 out: the normed rows as the fp16 GEMV's pair planes, scaled
-    x_unscale_ptr,  # [M] fp32 out
-    M,
-    eps,
-    H: tl.constexpr,
-    E: tl.constexpr,
-    E_P2: tl.constexpr,
-    TOP_K: tl.constexpr,
-    K_P2: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    SPLITS: tl.constexpr,
-    SPLITS_P2: tl.constexpr,
-    NORM: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-    PDL: tl.constexpr = False,
-    TOPK_KEYS: tl.constexpr = False,  # as in _route_kernel
-):
-    pid = tl.program_id(0)
-    expert = tl.arange(0, E_P2)
-    k = pid * BLOCK_K + tl.arange(0, BLOCK_K)
-    k_ok = k < H
-    w_mask = (expert < E)[:, None] & k_ok[None, :]
-    w = tl.load(w_ptr + expert[:, None] * H + k[None, :], mask=w_mask, other=0.0)  # constant
-    pdl.wait(PDL)
-    for m in range(M):
-        xk = _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, k, k_ok, eps, H, BLOCK_H,
-                           NORM, HAS_RESIDUAL, True)  # fmt: skip
-        part = tl.sum(w.to(tl.float32) * xk[None, :], axis=1)
-        tl.store(partial_ptr + (pid * M + m) * E_P2 + expert, part)
-    # NOTE: the barrier orders every thread's stores before the (release) arrival; the program
-    # that sees all others arrived (acquire) reads their partials through L2 (.cg).
-    tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
-    if arrived == SPLITS - 1:
-        split = tl.arange(0, SPLITS_P2)
-        bias = tl.load(bias_ptr + expert, mask=expert < E, other=0.0).to(tl.float32)
-        row = tl.arange(0, BLOCK_H)
-        for m in range(M):
-            parts = tl.load(partial_ptr + (split[:, None] * M + m) * E_P2 + expert[None, :],
-                            mask=(split < SPLITS)[:, None], other=0.0, cache_modifier=".cg")  # fmt: skip
-            # rounded to the activations' dtype, as the router GEMV's output is
-            logits = (tl.sum(parts, axis=0) + bias).to(x_ptr.dtype.element_ty).to(tl.float32)
-            logits = tl.where(expert < E, logits, float("-inf"))
-            _top_k_softmax(logits, expert, ids_ptr + m * TOP_K, weights_ptr + m * TOP_K,
-                           E, E_P2, TOP_K, K_P2, TOPK_KEYS)  # fmt: skip
-            x_row = _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, row, row < H, eps,
-                                  H, BLOCK_H, NORM, HAS_RESIDUAL, False)  # fmt: skip
-            _store_fp16_planes(x_row, row, x_h_ptr + m * H, x_unscale_ptr + m, H)
-        tl.store(counter_ptr, 0)  # ready for the next launch
-
-
-@triton.jit
-def _router_input(x_ptr, res_ptr, norm_w_ptr, res_out_ptr, m, k, k_ok, eps, H: tl.constexpr,
-                  BLOCK_H: tl.constexpr, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                  STORE_RESIDUAL: tl.constexpr):  # fmt: skip
-    """Columns k of row m of the normed input, fp32 (values in x's dtype, as the norm kernel
-    writes them); with NORM, TorchOps.rms_norm's arithmetic on x + residual, which is stored at
-    columns k when STORE_RESIDUAL."""
-    if not NORM:
-        return tl.load(x_ptr + m * H + k, mask=k_ok, other=0.0).to(tl.float32)
-    row = tl.arange(0, BLOCK_H)
-    whole = _residual_row(x_ptr, res_ptr, m, row, row < H, H, HAS_RESIDUAL).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(whole * whole, axis=0) / H + eps)
-    h = _residual_row(x_ptr, res_ptr, m, k, k_ok, H, HAS_RESIDUAL)
-    if HAS_RESIDUAL and STORE_RESIDUAL:
-        tl.store(res_out_ptr + m * H + k, h, mask=k_ok)
-    norm_w = tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-    return (norm_w * (h.to(tl.float32) * rstd)).to(h.dtype).to(tl.float32)
-
-
-@triton.jit
-def _residual_row(x_ptr, res_ptr, m, k, k_ok, H: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """x + residual at columns k of row m, rounded to x's dtype as torch's add rounds it."""
-    x = tl.load(x_ptr + m * H + k, mask=k_ok, other=0.0)
-    if HAS_RESIDUAL:
-        res = tl.load(res_ptr + m * H + k, mask=k_ok, other=0.0)
-        x = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
-    return x
-
-
-def fuses_router(
-    hidden: torch.Tensor,
-    residual: torch.Tensor | None,
-    router_weight: torch.Tensor,
-    experts: ExpertWeights,
-    top_k: int,
-    swiglu_limit: float,
-) -> bool:
-    """Whether `norm_router_moe` serves this problem in its fused form (decode-sized MXFP4 batches
-    on the fp16 GEMV path); else the caller composes the norm, the router and `moe_mxfp4`."""
-    return (
-        FUSED_ROUTER
-        and _fp16_decode_problem(hidden, residual, router_weight, experts, top_k, swiglu_limit)
-        and hidden.shape[0] <= ROUTER_MAX_TOKENS
-        and hidden.dtype == router_weight.dtype
-    )
-
-
 def _fp16_decode_problem(hidden, residual, router_weight, experts, top_k, swiglu_limit) -> bool:
     """A layer half whose MoE the fp16 GEMV path serves (decode-sized, MXFP4, a finite limit)."""
     num_tokens, num_experts = hidden.shape[0], router_weight.shape[0]
@@ -811,94 +653,24 @@ def _fp16_decode_problem(hidden, residual, router_weight, experts, top_k, swiglu
     )
 
 
-def router_route(
-    x: torch.Tensor,  # [M, H]
-    residual: torch.Tensor | None,
-    norm_weight: torch.Tensor | None,  # [H]: normalise x (+ residual) here; None: x is normed
-    eps: float,
-    router_weight: torch.Tensor,  # [E, H]
-    router_bias: torch.Tensor,  # [E]
-    top_k: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The norm (optional), router and routing in one launch -> (ids [M*k] int32, weights [M*k]
-    fp32, x_h [M, H] fp16 pair planes, x_unscale [M] fp32, the new residual [M, H]: x + residual,
-    or x without one)."""
-    x = x.contiguous()
-    num_tokens, hidden = x.shape
-    num_experts = router_weight.shape[0]
-    device = x.device
-    e_p2 = triton.next_power_of_2(num_experts)
-    splits = triton.cdiv(hidden, ROUTER_BLOCK_K)
-    norm = norm_weight is not None
-    has_residual = norm and residual is not None
-    residual_arg = residual.contiguous() if has_residual else x
-    res_out = torch.empty_like(x) if has_residual else x
-    ids = torch.empty(num_tokens * top_k, dtype=torch.int32, device=device)
-    weights = torch.empty(num_tokens * top_k, dtype=torch.float32, device=device)
-    x_h = torch.empty(num_tokens, hidden, dtype=torch.float16, device=device)
-    x_unscale = torch.empty(num_tokens, dtype=torch.float32, device=device)
-    partial = torch.empty(splits, num_tokens, e_p2, dtype=torch.float32, device=device)
-    _router_route_kernel[(splits,)](
-        x, residual_arg, norm_weight if norm else weights, res_out,
-        router_weight.contiguous(), router_bias.contiguous(), partial, _router_counter(device),
-        ids, weights, x_h, x_unscale, num_tokens, float(eps),
-        H=hidden, E=num_experts, E_P2=e_p2, TOP_K=top_k, K_P2=triton.next_power_of_2(top_k),
-        BLOCK_K=ROUTER_BLOCK_K, BLOCK_H=triton.next_power_of_2(hidden), SPLITS=splits,
-        SPLITS_P2=triton.next_power_of_2(splits), NORM=norm, HAS_RESIDUAL=has_residual,
-        TOPK_KEYS=TOP_K_KEYS, num_warps=ROUTER_WARPS, **pdl.launch_options(device),
-    )  # fmt: skip
-    new_residual = res_out if has_residual else x
-    return ids, weights, x_h, x_unscale, new_residual
-
-
-@functools.cache
-def _router_counter(device: torch.device) -> torch.Tensor:
-    # NOTE: one counter per device: launches on a stream run one after another (a PDL successor
-    # touches it only after its wait), and the last program resets it
-    return torch.zeros(1, dtype=torch.int32, device=device)
-
-
-def router_moe(
-    hidden: torch.Tensor,  # [T, H]: NORM: the attention output; else the normed rows
-    residual: torch.Tensor | None,  # [T, H] (with a norm weight)
-    norm_weight: torch.Tensor | None,  # [H] fp32: normalise here (ROUTER_NORM); None: normed
-    eps: float,
-    router_weight: torch.Tensor,  # [E, H]
-    router_bias: torch.Tensor,  # [E]
-    experts: ExpertWeights,
-    top_k: int,
-    swiglu_limit: float,
-    swiglu_alpha: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The router and the MoE (and the norm before them, with `norm_weight`) for problems that
-    `fuses_router` accepts: (MoE output [T, H], the new residual: hidden + residual, or hidden).
-    Two launches of the fp16 GEMV after the router's."""
-    # _check validates against router logits [T, E], which this path never materialises: a meta
-    # tensor of that shape stands in (no memory, no launch)
-    logits_shape = torch.empty(hidden.shape[0], router_weight.shape[0], device="meta")
-    _, _, _, inter = _check(hidden, logits_shape, experts, top_k)
-    ids, route_w, x_h, x_unscale, new_residual = router_route(
-        hidden, residual, norm_weight, eps, router_weight, router_bias, top_k
-    )
-    out = torch.empty_like(hidden)
-    _fp16_experts(x_h, x_unscale, ids, route_w, experts, out, inter, top_k, swiglu_limit,
-                  swiglu_alpha)  # fmt: skip
-    return out, new_residual
-
-
 # Decode batches without a routing kernel: the post-attention norm also writes the experts' fp16
 # input (norm.rms_norm_planes), and gate_up and down find their experts from the router logits
 # themselves (gate_up after its PDL wait, down before it), so a layer is eight launches, not nine.
 # Only up to ROUTE_IN_EXPERTS_MAX_EXPERTS experts: each program's top-k grows with them. In the
 # graph (H200, 2026-12-04, fusion_ab.py routing_kernel, fed batch 1): gpt-oss-20b (32 experts)
-# 1.485 -> 1.461 ms a step, gpt-oss-120b (128) 2.096 -> 2.142. (env: A/B runs)
+# 1.485 -> 1.461 ms a step, gpt-oss-120b (128) 2.096 -> 2.142. (env: A/B runs) The norm, the
+# router and the routing in one launch (an arrival counter, the last program adding the partial
+# logits) was slower (H200, session 5, fusion_ab.py: 120b 2.602 ms a step against 2.511 for three
+# launches, 20b 1.852 against 1.796: the last program's serial tail costs more than the launches
+# it saves) and was removed in session 36.
 ROUTE_IN_EXPERTS = os.environ.get("GOSSAMER_ROUTE_IN_EXPERTS", "1") != "0"
 ROUTE_IN_EXPERTS_MAX_EXPERTS = 32
 
 
 def routes_in_experts(*problem) -> bool:
     """Whether TritonOps.norm_moe takes the norm -> router -> `moe_from_logits` path (`problem`:
-    the arguments of `fuses_router`): problems that the fp16 GEMV path serves, gate_up unsplit."""
+    hidden, residual, router_weight, experts, top_k, swiglu_limit): problems that the fp16 GEMV
+    path serves, gate_up unsplit."""
     hidden, router_weight = problem[0], problem[2]
     return (
         ROUTE_IN_EXPERTS
@@ -1429,23 +1201,16 @@ def _fp16_gate_up_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (EARLY)
     E_P2: tl.constexpr = 1,
-    TOPK_KEYS: tl.constexpr = False,  # packed-key top-k (ROUTE_IN_TOP_K_KEYS), with the logits
     K_P2: tl.constexpr = 1,
     EARLY: tl.constexpr = 0,  # 1: the expert from the logits and the first step's words, before
     # the PDL wait (see the comment at the wait)
     ROUTE: tl.constexpr = 0,  # 1: the expert from the logits after the wait, no routing kernel
-    # 1: words and scales from the copy packed by program (pack_gate_up: each program's steps one
-    # run), of RB row blocks and STEPS steps an expert
-    PACKED: tl.constexpr = 0,
     SCALES_T: tl.constexpr = 0,  # scales through transposed pointers (DECODE_FP16_GATE_UP)
-    RB: tl.constexpr = 1,
-    STEPS: tl.constexpr = 1,
 ):
     G: tl.constexpr = H // 32
-    # from a gate row's words / scales to its up row's, and a step's stride over the row-major one
-    UP_WORDS: tl.constexpr = GROUPS_PER_STEP * 4 if PACKED else G * 4
-    UP_SCALES: tl.constexpr = GROUPS_PER_STEP if PACKED else G
-    STEP_MUL: tl.constexpr = 2 * BLOCK_PAIRS if PACKED else 1
+    # from a gate row's words / scales to its up row's
+    UP_WORDS: tl.constexpr = G * 4
+    UP_SCALES: tl.constexpr = G
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -1467,7 +1232,7 @@ def _fp16_gate_up_kernel(
         # (.cg), where that kernel's writes are. The same top-k as the routing's gives the same
         # expert, and its first weights are on their way before the wait.
         expert = _routed_expert(logits_ptr + token * logits_stride, pair % TOP_K, E, E_P2, TOP_K,
-                                K_P2, TOPK_KEYS).to(tl.int64)  # fmt: skip
+                                K_P2).to(tl.int64)  # fmt: skip
         gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
                                                  kw, step, scale_step, INTER, G)  # fmt: skip
         if NUM_STAGES == 0:
@@ -1483,17 +1248,11 @@ def _fp16_gate_up_kernel(
     if not EARLY:
         if ROUTE:  # the logits come from the launch just before (the router GEMV)
             expert = _routed_expert(logits_ptr + token * logits_stride, pair % TOP_K, E, E_P2,
-                                    TOP_K, K_P2, TOPK_KEYS).to(tl.int64)  # fmt: skip
+                                    TOP_K, K_P2).to(tl.int64)  # fmt: skip
         else:
             expert = tl.load(ids_ptr + pair).to(tl.int64)
-        if PACKED:
-            gate_w_ptrs, gate_s_ptrs = _gate_up_packed_ptrs(
-                words_ptr, scales_ptr, expert, pid_n, kw, step, scale_step, RB, STEPS,
-                BLOCK_PAIRS, GROUPS_PER_STEP,
-            )  # fmt: skip
-        else:
-            gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows,
-                                                     g_lo, kw, step, scale_step, INTER, G)  # fmt: skip
+        gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
+                                                 kw, step, scale_step, INTER, G)  # fmt: skip
     x_ptrs = x_ptr + token * (H // 2) + (g_lo * 4 + kw)[None, :]  # [1, GB * 4], pair plane 0
     tile: tl.constexpr = (BLOCK_PAIRS, GROUPS_PER_STEP, 4)
 
@@ -1507,25 +1266,25 @@ def _fp16_gate_up_kernel(
         for g0 in range(g_lo, g_hi, GROUPS_PER_STEP):
             gate_words = tl.reshape(next_gate, tile)
             up_words = tl.reshape(next_up, tile)
-            d = (g0 - g_lo + GROUPS_PER_STEP) * 4 * STEP_MUL
+            d = (g0 - g_lo + GROUPS_PER_STEP) * 4
             w_mask = j_ok[:, None] & ((g0 + GROUPS_PER_STEP) * 4 + kw < g_hi * 4)[None, :]
             next_gate = tl.load(gate_w_ptrs + d, mask=w_mask)
             next_up = tl.load(gate_w_ptrs + UP_WORDS + d, mask=w_mask)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT, SCALES_T,
+                j_ok, kw, step, scale_step, UP_SCALES, H // 8, LAYOUT, SCALES_T,
             )  # fmt: skip
     else:
         # Triton's pipeliner keeps NUM_STAGES - 1 steps of weights in flight (async copies through
         # shared memory): more bytes in flight per SM than the register double buffer.
         for g0 in tl.range(g_lo, g_hi, GROUPS_PER_STEP, num_stages=NUM_STAGES):
             w_mask = j_ok[:, None] & (g0 * 4 + kw < g_hi * 4)[None, :]
-            d = (g0 - g_lo) * 4 * STEP_MUL
+            d = (g0 - g_lo) * 4
             gate_words = tl.reshape(tl.load(gate_w_ptrs + d, mask=w_mask), tile)
             up_words = tl.reshape(tl.load(gate_w_ptrs + UP_WORDS + d, mask=w_mask), tile)
             acc_gate, acc_up = _gate_up_step(
                 acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi,
-                j_ok, kw, step, scale_step, UP_SCALES, STEP_MUL, H // 8, LAYOUT, SCALES_T,
+                j_ok, kw, step, scale_step, UP_SCALES, H // 8, LAYOUT, SCALES_T,
             )  # fmt: skip
 
     x_unscale = tl.load(x_unscale_ptr + token)
@@ -1563,29 +1322,16 @@ def _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo, kw, step, scal
 
 
 @triton.jit
-def _gate_up_packed_ptrs(words_ptr, scales_ptr, expert, pid_n, kw, step, scale_step,
-                         RB: tl.constexpr, STEPS: tl.constexpr, BP: tl.constexpr,
-                         GB: tl.constexpr):  # fmt: skip
-    """`_gate_up_ptrs` into the copy packed by program (`pack_gate_up`): tile (expert, row block
-    pid_n, step 0), its gate rows (every other of its 2 * BP rows)."""
-    tile = (expert * RB + pid_n) * STEPS
-    rows = 2 * tl.arange(0, BP)
-    w_ptrs = words_ptr + tile * (2 * BP * GB * 4) + rows[:, None] * (GB * 4) + kw[None, :]
-    s_ptrs = scales_ptr + tile * (2 * BP * GB) + rows[:, None] * GB + step[None, :] * scale_step
-    return w_ptrs, s_ptrs
-
-
-@triton.jit
 def _gate_up_step(
     acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi, j_ok, kw, step,
-    scale_step, UP_SCALES: tl.constexpr, STEP_MUL: tl.constexpr, PLANE: tl.constexpr,
-    LAYOUT: tl.constexpr, SCALES_T: tl.constexpr,
+    scale_step, UP_SCALES: tl.constexpr, PLANE: tl.constexpr, LAYOUT: tl.constexpr,
+    SCALES_T: tl.constexpr,
 ):  # fmt: skip
     """One step of GROUPS_PER_STEP scale groups: scales, x, and the packed-fp16 dot products.
-    UP_SCALES: from a gate row's scales to its up row's; STEP_MUL: see _fp16_gate_up_kernel.
+    UP_SCALES: from a gate row's scales to its up row's.
     SCALES_T: the scales loaded through transposed pointers, see DECODE_FP16_GATE_UP."""
     s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
-    s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step * STEP_MUL
+    s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
     if SCALES_T:
         s_ptrs_t, s_mask_t = tl.trans(s_ptrs), tl.trans(s_mask)
         gate_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t, mask=s_mask_t)))
@@ -1669,7 +1415,6 @@ def _fp16_down_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (ROUTE)
     E_P2: tl.constexpr = 1,
-    TOPK_KEYS: tl.constexpr = False,  # packed-key top-k (ROUTE_IN_TOP_K_KEYS), with the logits
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1690,7 +1435,7 @@ def _fp16_down_kernel(
         e_idx = tl.arange(0, E_P2)
         logits = tl.load(logits_ptr + token * logits_stride + e_idx, mask=e_idx < E,
                          other=float("-inf"), cache_modifier=".cg").to(tl.float32)  # fmt: skip
-        top_ids, route_w = _top_k_weights(logits, e_idx, E, E_P2, TOP_K, K_P2, TOPK_KEYS)
+        top_ids, route_w = _top_k_weights(logits, e_idx, E, E_P2, TOP_K, K_P2)
         expert = top_ids.to(tl.int64)
     else:
         expert = tl.load(ids_ptr + pair, mask=slot_ok, other=0, cache_modifier=".cg").to(tl.int64)
@@ -1924,74 +1669,17 @@ def _logits_args(router_logits: torch.Tensor, top_k: int) -> dict:
     """The GEMV kernels' arguments for finding experts from the router logits themselves."""
     num_experts = router_logits.shape[1]
     return dict(logits_ptr=router_logits, logits_stride=router_logits.stride(0), E=num_experts,
-                E_P2=triton.next_power_of_2(num_experts), K_P2=triton.next_power_of_2(top_k),
-                TOPK_KEYS=ROUTE_IN_TOP_K_KEYS)  # fmt: skip
+                E_P2=triton.next_power_of_2(num_experts),
+                K_P2=triton.next_power_of_2(top_k))  # fmt: skip
 
 
 # Epilogue kernels (split-K sums) take this many elements per program.
 _SPLIT_EPILOGUE_BLOCK = 1024
 
-# The batch-1 gate_up GEMV reading a copy of gate_up's words and scales packed by program
-# (`pack_gate_up`): a program's 32 rows x 16 groups a step then come from one 8 KB run (and one
-# 512-byte run of scales) instead of 32 pieces of 256 bytes from rows 1,440 bytes apart.
-# benchmarks/chain_floor.py (H200, 2026-12-04): the experts read in the GEMVs' tiles cost 88 us a
-# 20b step over plain streaming; repacked, 22. Off: in the graph it is slower (H200, 2026-12-04,
-# fusion_ab.py packed_gate_up, fed, 5 rounds: 20b 1.459 -> 1.469 ms, 120b 2.089 -> 2.107), and the
-# copy costs ~6.8 GB (20b) / ~41 GB (120b) beside the row-major weights the other paths read.
-# (env: A/B runs; the loader registers the copies when on)
-PACKED_GATE_UP = os.environ.get("GOSSAMER_PACKED_GATE_UP", "0") == "1"
-
-
-@dataclass(frozen=True)
-class PackedGateUp:
-    words: torch.Tensor  # [E, RB, STEPS, 2 * BLOCK_PAIRS, GROUPS_PER_STEP * 4] int32
-    scales: torch.Tensor  # [E, RB, STEPS, 2 * BLOCK_PAIRS, GROUPS_PER_STEP] uint8
-    source: weakref.ref  # the gate_up blocks it copies (another tensor at that address is not)
-
-
-_PACKED_GATE_UP: dict[tuple[int, int, int], PackedGateUp] = {}
-
-
-def pack_gate_up(
-    blocks: torch.Tensor, scales: torch.Tensor, block_pairs: int, groups_per_step: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """gate_up blocks [E, 2I, G, 16] uint8 and scales [E, 2I, G] -> (words [E, RB, STEPS, 2 *
-    block_pairs, groups_per_step * 4] int32, scales [E, RB, STEPS, 2 * block_pairs,
-    groups_per_step]): tile (e, b, s) is rows 2 * block_pairs * b.. and groups groups_per_step *
-    s.. of expert e, zero past the rows' and groups' ends."""
-    experts, rows, groups = scales.shape
-    tile_rows = 2 * block_pairs
-    row_blocks, steps = triton.cdiv(rows, tile_rows), triton.cdiv(groups, groups_per_step)
-
-    def tiled(t: torch.Tensor, per_group: int) -> torch.Tensor:
-        padded = t.new_zeros(experts, row_blocks * tile_rows, steps * groups_per_step * per_group)
-        padded[:, :rows, : groups * per_group] = t.reshape(experts, rows, groups * per_group)
-        shape = (experts, row_blocks, tile_rows, steps, groups_per_step * per_group)
-        return padded.view(shape).transpose(2, 3).contiguous()
-
-    return tiled(blocks.view(torch.int32), 4), tiled(scales, 1)
-
-
-def register_packed_gate_up(experts: ExpertWeights, block_pairs: int, groups_per_step: int) -> None:
-    """Keep a copy of experts' gate_up packed by program for the batch-1 gate_up GEMV with this
-    tile (when PACKED_GATE_UP is on). NOTE: a copy, taken now (after any layout repack)."""
-    words, scales = pack_gate_up(experts.gate_up_blocks, experts.gate_up_scales, block_pairs,
-                                 groups_per_step)  # fmt: skip
-    key = (experts.gate_up_blocks.data_ptr(), block_pairs, groups_per_step)
-    _PACKED_GATE_UP[key] = PackedGateUp(words, scales, weakref.ref(experts.gate_up_blocks))
-
-
-def clear_packed_gate_up() -> None:
-    _PACKED_GATE_UP.clear()
-
-
-def _packed_gate_up(experts: ExpertWeights, config: dict) -> PackedGateUp | None:
-    """The registered packed copy this gate_up launch can read (unsplit, no EARLY), if any."""
-    if not PACKED_GATE_UP or config["SPLIT_K"] != 1 or config.get("EARLY", 0):
-        return None
-    key = (experts.gate_up_blocks.data_ptr(), config["BLOCK_PAIRS"], config["GROUPS_PER_STEP"])
-    packed = _PACKED_GATE_UP.get(key)
-    return packed if packed is not None and packed.source() is experts.gate_up_blocks else None
+# The batch-1 gate_up GEMV reading a copy of gate_up's words and scales packed by program (a
+# program's 32 rows x 16 groups a step one 8 KB run instead of 32 pieces 1,440 bytes apart) was
+# slower in the graph (H200, session 16, fusion_ab.py, fed: 20b 1.459 -> 1.469 ms, 120b 2.089 ->
+# 2.107) and cost a second copy of gate_up (~41 GB on 120b); removed in session 36.
 
 
 def _fp16_gate_up(
@@ -2026,17 +1714,12 @@ def _fp16_gate_up(
     part = None
     if split_k > 1:
         part = torch.empty(split_k, num_pairs, 2, inter, dtype=torch.float32, device=x_h.device)
-    words, scales = experts.gate_up_blocks.view(torch.int32), experts.gate_up_scales
-    packed = _packed_gate_up(experts, config)
-    if packed is not None:
-        words, scales = packed.words, packed.scales
-        config = config | {"PACKED": 1, "RB": packed.words.shape[1], "STEPS": packed.words.shape[2]}
     _fp16_gate_up_kernel[(triton.cdiv(inter, config["BLOCK_PAIRS"]), num_pairs, split_k)](
         x_h.view(torch.int32),
         x_unscale,
         ids if ids is not None else x_unscale,
-        words,
-        scales,
+        experts.gate_up_blocks.view(torch.int32),
+        experts.gate_up_scales,
         experts.gate_up_bias.contiguous(),
         act,
         part,
@@ -2586,7 +2269,7 @@ GROUPED_V2_DOWN = {"REP": 1, "GROUPS_PER_STEP": 4, "NUM_STAGES": 3, "SCALE_PREFE
 # Steps of 8 scale groups at 8 rows: swept on an H100 (2026-12-05, moe_grouped_sweep.py
 # --block-m 8, one 120b layer): 735 -> 630 us at 64 tokens, 547 -> 473 at 32, 845 -> 732 at 128
 # (16 groups, or 8 warps, or 4-5 stages were slower; at 256 tokens and 16 rows 8 groups were
-# not faster). GOSSAMER_V2_M8_GROUPS=4 restores the previous tile.
+# not faster).
 V2_MIN_BLOCK_M = 8
 # v2 always keeps the accumulator transposed (the tokens are the MMA's N side), so 64- and 128-row
 # tiles compile (sm_90, triton 3.6, offline: 4.36 / 4.53 instructions a weight at 64 rows on 8
@@ -2606,12 +2289,11 @@ V2_TALL_MIN_PAIRS = int(os.environ.get("GOSSAMER_V2_TALL_MIN_PAIRS", "64"))
 # 6 programs, 72 -> 7, 64 -> 8 (32 warps against 20), the loop 409 -> 422 / 426 / 430
 # instructions, spills only outside it. The tile issues about half the instructions it could
 # (H100, session 29: 596 us a layer where its ~280M warp instructions need ~270 at full issue),
-# so more warps to hide latency may pay. Not measured (GOSSAMER_V2_M8_MAXNREG=64;
-# moe_grouped_sweep --ab-maxnreg).
-_V2_M8_MAXNREG = os.environ.get("GOSSAMER_V2_M8_MAXNREG", "")
+# so more warps to hide latency looked worth a try; they are slower (H100, session 30, one
+# 120b layer at 64 tokens: 593.9 us at 88 registers, 605 / 646 / 671 at 80 / 72 / 64;
+# `moe_grouped_sweep --ab-maxnreg` repeats it).
 V2_TILE_CHANGES = {
-    8: {"num_warps": 4, "GROUPS_PER_STEP": int(os.environ.get("GOSSAMER_V2_M8_GROUPS", "8"))}
-    | ({"maxnreg": int(_V2_M8_MAXNREG)} if _V2_M8_MAXNREG else {}),
+    8: {"num_warps": 4, "GROUPS_PER_STEP": 8},
     16: {"num_warps": 4},
     32: {"num_warps": 8},
     64: {"num_warps": 8},
@@ -2632,14 +2314,14 @@ def v2_configs(block_m: int) -> tuple[dict, dict]:
 # positions of each 16 in one group, its 4 words: a 16-byte run, one LDS.128 (a quarter warp's
 # 8 lanes read 2 rows' 64 bytes each: no bank conflicts, where v2's order loses half its
 # shared-load wavefronts to them, ncu session 28), and no scale shuffles. Until session 28 it was
-# timed only with the activation swap below (V2_ACT_SWAP), which costs the activations' tile its
+# timed only with the activation swap (below; removed since), which costs the activations' tile its
 # swizzle, and slower (session 21: 758.9 against 735.4 us a layer; session 27: 632 against 617).
 # Alone (offline, sm_90, triton 3.6, the repacked words, 8 groups a step: 447 -> 409 instructions
 # a loop in gate_up, 454 -> 421 in down; the activations' tile still swizzled) it is faster
 # (H100, session 29): one 120b layer at 64 tokens 596.0-596.8 us against 612.4-613.4
 # (interleaved in one process, -2.7%), C=64 2,356.8 against 2,271.0 and 2,320.0 against 2,249.3
 # output tok/s (two machines, each order run first once). On by default
-# (GOSSAMER_V2_SYNC_ORDER=0 for v2's order; GOSSAMER_V2_ACT_SWAP=1 adds the swap).
+# (GOSSAMER_V2_SYNC_ORDER=0 for v2's order).
 V2_SYNC_ORDER = os.environ.get("GOSSAMER_V2_SYNC_ORDER", "1") != "0"
 
 
@@ -2650,27 +2332,13 @@ def _v2_sync_order(block_m: int) -> bool:
     return V2_SYNC_ORDER and block_m < 16
 
 
-# The activations' half of the mma.sync order alone: below 16 rows, stored with bits 1 and 4 of
-# each position swapped (`_v2_position`'s SWAP), v2's own K order after the swap back in
-# registers. The B registers of each mma.sync are then one 8-byte shared-memory load and the
-# ~25 register moves a loop that fed them go: offline (sm_90, triton 3.6, the repacked words)
-# v2's 8-row gate_up 447 -> 411 instructions a loop, down 454 -> 429. Measured slower: one 120b
-# layer at 64 tokens 747-758 us against 617-622 (H100, session 27, interleaved processes), as the
-# mma.sync order was with fewer instructions too. Why, as far as the TTGIR shows: permuted in
-# registers after the load, the activations are no longer a dot operand when Triton picks their
-# shared-memory layout, and the tile loses its swizzle (vec 16, maxPhase 4 -> vec 1, maxPhase
-# 1): 8 token rows 512 bytes apart then load from the same banks. The mma.sync order's
-# activations take the same permute and lose the swizzle too. Off (GOSSAMER_V2_ACT_SWAP=1), in
-# v2's order or the mma.sync one.
-V2_ACT_SWAP = os.environ.get("GOSSAMER_V2_ACT_SWAP", "0") == "1"
-
-
-def _v2_act_swap(block_m: int) -> bool:
-    """Whether v2 tiles of block_m rows read activations stored with position bits 1 and 4
-    swapped (V2_ACT_SWAP below 16 rows)."""
-    return V2_ACT_SWAP and block_m < 16
-
-
+# Two ways to fewer instructions a weight below 16 rows were measured slower and removed in
+# session 36 (git history has them): the activations stored with position bits 1 and 4 swapped,
+# so that each mma.sync's B registers are one 8-byte shared load (411 instead of 447 a gate_up
+# loop offline, but 747-758 us a 120b layer at 64 tokens against 617-622, H100, session 27: the
+# permute after the load cost the activations' tile its swizzle), and fp16 operands with one dot
+# per scale group (372 / 362 a loop offline, but 706-722 us against 596-613 at best, H100,
+# sessions 28-29: bound on shared memory, its wavefronts doubled).
 _V2_KEEP = tl.constexpr(0x81C081C0 - (1 << 32))  # bf16 lanes: magnitude bits 6..8, sign 15
 # Triton 3.6 pipelines v2's wgmmas across steps (wait_group 7 after each of a step's 8), but their
 # A operands are registers that the next step's dequantization overwrites before that wait
@@ -2687,10 +2355,9 @@ _V2_ASYNC_MMA_MAX_M = tl.constexpr(int(os.environ.get("GOSSAMER_V2_ASYNC_MMA_MAX
 
 
 @triton.jit
-def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False, SWAP: tl.constexpr = False):
+def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False):
     """Position of element k of a row in the v2 order of steps of GB scale groups (SYNC: the
-    mma.sync order, see `_v2_sync_order`), as stored: with SWAP (`_v2_act_swap`) bits 1 and 4
-    swapped, which `_v2_unswap_activations` swaps back after the load."""
+    mma.sync order, see `_v2_sync_order`)."""
     BK: tl.constexpr = GB * 32
     e = k % BK
     group = e // 32
@@ -2702,34 +2369,13 @@ def _v2_position(k, GB: tl.constexpr, SYNC: tl.constexpr = False, SWAP: tl.const
         inner = h + 2 * (wi % 2) + 4 * (group % 4) + 16 * (wi // 2) + 32 * (j % 2) + 64 * (j // 2)
     else:
         inner = h + 2 * (group % 4) + 8 * wi + 32 * (j % 2) + 64 * (j // 2)
-    if SWAP:
-        inner = _swap_bits_1_4(inner)
     return k - e + inner + 128 * (group // 4)
 
 
 @triton.jit
-def _swap_bits_1_4(p):
-    """p with its bits 1 and 4 exchanged."""
-    return p + 14 * ((p // 2) % 2 - (p // 16) % 2)
-
-
-@triton.jit
-def _v2_unswap_activations(a):
-    """[M, GB * 32] activations as stored with SWAP -> in the K order: bits 1 and 4 of each
-    position swapped. Stored so, each mma.sync's two B registers are 4 adjacent values, one
-    8-byte shared-memory load (in the K order they would be halves of two such loads)."""
-    M: tl.constexpr = a.shape[0]
-    GH: tl.constexpr = a.shape[1] // 128
-    a = tl.reshape(a, (M, GH, 4, 2, 4, 2, 2))  # [M, GH, bits 5-6, 4, 2-3, 1, 0]
-    return tl.reshape(tl.permute(a, (0, 1, 2, 5, 4, 3, 6)), (M, GH * 128))
-
-
-@triton.jit
-def _v2_group_of(p, SYNC: tl.constexpr, SWAP: tl.constexpr):
+def _v2_group_of(p, SYNC: tl.constexpr):
     """The scale group (within its step's first 4, plus 4 per 128) of stored position p of a
     step."""
-    if SWAP:
-        p = _swap_bits_1_4(p)
     if SYNC:
         return 4 * (p // 128) + (p // 4) % 4
     else:
@@ -2769,8 +2415,6 @@ def _v2_fp16_layout_bits(words, J: tl.constexpr):
     masks and two-copy multiplies (the fp16 lanes' placement cannot give all four pairs cheaply)."""
     if J == 0:
         return ((words >> 3) & 0x01C001C0) | (words & _SIGN_PAIR)
-    elif J == 1 and _OLD_UNPACK:
-        return ((words & 0x11C011C0) * (1 + (1 << 3))) & _V2_KEEP
     elif J == 1:
         return (words & 0x01C001C0) | ((words << 3) & _SIGN_PAIR)
     elif J == 2:
@@ -2794,9 +2438,7 @@ def _v2_rows(t, REP: tl.constexpr, NW: tl.constexpr):
 # Group-major ([.., 4 groups, 8 rows, 4 words]) puts the rows 16 bytes apart: conflicts 20.0M ->
 # 6.7M a launch, but the layer ran 26% slower (780.7 us against 620.0 at 64 tokens, C=64 1,826
 # against 2,208 tok/s; H100, session 28): the conflicts moved to the async copies' writes, whose
-# lanes Triton gives to the loaded dims in index order. Off, kept for the record
-# (GOSSAMER_V2_WORDS_GROUP_MAJOR=1).
-_V2_WORDS_GROUP_MAJOR = tl.constexpr(os.environ.get("GOSSAMER_V2_WORDS_GROUP_MAJOR", "0") == "1")
+# lanes Triton gives to the loaded dims in index order. Removed in session 36 (git history has it).
 
 
 @triton.jit
@@ -2805,25 +2447,13 @@ def _v2_words(w_ptr, rows, g0, G: tl.constexpr, GB: tl.constexpr, MASKED: tl.con
     the groups g0 + 4 GH + GL: one 16-byte run per (row, group), in the lane that uses it."""
     REP: tl.constexpr = rows.shape[0]
     NW: tl.constexpr = rows.shape[2]
-    if _V2_WORDS_GROUP_MAJOR:
-        gh = tl.arange(0, GB // 4)[:, None, None, None, None, None, None]
-        gl = tl.arange(0, 4)[None, None, None, None, :, None, None]
-        wi = tl.arange(0, 4)[None, None, None, None, None, None, :]
-        row_ptrs = w_ptr + rows[None, :, :, :, None, :, None] * (G * 4)
-        ptrs = row_ptrs + (g0 * 4 + 16 * gh + 4 * gl + wi)  # [GH, REP, 2, NW, GL, 8, wi]
-        if MASKED:
-            words = tl.load(ptrs, mask=g0 + 4 * gh + gl < G, other=0)
-        else:
-            words = tl.load(ptrs)
-        words = tl.reshape(tl.permute(words, (0, 1, 2, 3, 5, 4, 6)), (GB // 4, REP, 2, NW, 8, 16))
+    gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
+    word = tl.arange(0, 16)[None, None, None, None, None, :]  # 4 GL + wi
+    ptrs = w_ptr + rows[None, :, :, :, :, None] * (G * 4) + (g0 * 4 + 16 * gh + word)
+    if MASKED:
+        words = tl.load(ptrs, mask=g0 + 4 * gh + word // 4 < G, other=0)
     else:
-        gh = tl.arange(0, GB // 4)[:, None, None, None, None, None]
-        word = tl.arange(0, 16)[None, None, None, None, None, :]  # 4 GL + wi
-        ptrs = w_ptr + rows[None, :, :, :, :, None] * (G * 4) + (g0 * 4 + 16 * gh + word)
-        if MASKED:
-            words = tl.load(ptrs, mask=g0 + 4 * gh + word // 4 < G, other=0)
-        else:
-            words = tl.load(ptrs)
+        words = tl.load(ptrs)
     return tl.reshape(_v2_rows(words, REP, NW), (REP * NW * 16, GB // 4, 4, 4))
 
 
@@ -2893,16 +2523,14 @@ def _v2_weight_tile(words, scales, LANES: tl.constexpr, LAYOUT: tl.constexpr,
 @triton.jit
 def _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G: tl.constexpr, GB: tl.constexpr,
              LANES: tl.constexpr, DOT_BF16: tl.constexpr, MASKED: tl.constexpr,
-             LAYOUT: tl.constexpr, SYNC: tl.constexpr, SWAP: tl.constexpr):  # fmt: skip
+             LAYOUT: tl.constexpr, SYNC: tl.constexpr):  # fmt: skip
     """acc [R, M] += the weight tile of groups g0 .. g0 + GB @ the matching activations."""
     p = tl.arange(0, GB * 32)
     if MASKED:  # the last partial step: positions of missing groups are never written
-        group = g0 + _v2_group_of(p, SYNC, SWAP)
+        group = g0 + _v2_group_of(p, SYNC)
         a = tl.load(x_ptrs + g0 * 32 + p[None, :], mask=(group < G)[None, :], other=0.0)
     else:
         a = tl.load(x_ptrs + g0 * 32 + p[None, :])
-    if SWAP:
-        a = _v2_unswap_activations(a)
     words = _v2_words(w_ptr, rows, g0, G, GB, MASKED)
     w = _v2_weight_tile(words, scales, LANES, LAYOUT, SYNC)
     return _accumulate(acc, a, w, DOT_BF16, True)
@@ -2923,7 +2551,6 @@ def _v2_matmul(
     DOT_BF16: tl.constexpr,
     LAYOUT: tl.constexpr,
     SYNC: tl.constexpr,
-    SWAP: tl.constexpr,
     S_ROW: tl.constexpr = 0,
 ):
     """-> fp32 [R, M]: the tile's weight rows times the activations (the accumulator's row order).
@@ -2944,7 +2571,7 @@ def _v2_matmul(
         else:
             scales = _v2_scales(s_ptr, rows, g0, scale_step, G, GB, False)
         acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, g0, G, GB, LANES, DOT_BF16, False, LAYOUT,
-                       SYNC, SWAP)  # fmt: skip
+                       SYNC)  # fmt: skip
         if x_ptrs.shape[0] > _V2_ASYNC_MMA_MAX_M:
             # a use of the accumulator that is not a dot: the step's MMAs finish here (see
             # _V2_ASYNC_MMA_MAX_M); g0 >= 0 always holds, but the compiler cannot fold it
@@ -2957,163 +2584,8 @@ def _v2_matmul(
         else:
             scales = _v2_scales(s_ptr, rows, G_FULL, scale_step, G, GB, True)
         acc = _v2_step(acc, x_ptrs, w_ptr, rows, scales, G_FULL, G, GB, LANES, DOT_BF16, True,
-                       LAYOUT, SYNC, SWAP)  # fmt: skip
+                       LAYOUT, SYNC)  # fmt: skip
     return acc * _LANE_RESCALE
-
-
-# fp16 operands for tiles below 16 rows (V2_FP16): the repacked words unpack to fp16 lanes in 9
-# instructions a word (the batch-1 GEMV's `_fp16_layout_lanes`) against 12 for bf16 lanes, and the
-# group scale, which fp16 cannot hold, multiplies each group's partial sums (one FFMA per
-# accumulator element) instead of the weights (4 HMUL2 a word). So every scale group is its own
-# dot: K positions are group-major (`_v2h_position`), and in each group a thread's word feeds the
-# mma.sync operand registers as Triton 3.6 lays them out (runs of 4 K positions a thread). The
-# activations are fp16 scaled by a power of two: x per token (as the GEMV's), SwiGLU outputs by
-# 2^act_exponent. Offline (sm_90 SASS, triton 3.6, `benchmarks/sass_counts.py`): 381 / 364
-# instructions a loop of 128 weights (gate_up / down; 356 / 353 without the scale prefetch)
-# against v2's 447 / 454 at 8 rows, and ncu counted 20% fewer. But it ran 70% slower (H100,
-# session 28: one 120b layer at 64 tokens 1,040-1,064 us against 621-624; C=64 1,483 against
-# 2,244 tok/s), bound on shared memory (mio_throttle 7.0 and short_scoreboard 4.5 cycles an
-# issue): its [R, 8 groups, 4 words] tile puts a warp's 8 rows 128 bytes apart (8-way conflicts
-# on the words' four-byte loads), and the activations arrive as 8 four-byte async copies a step
-# per group; shared-memory wavefronts doubled (ncu: loads 41.9M -> 69.4M, async-copy writes
-# 23.6M -> 70.2M a gate_up launch). Since, the words load as v2's tile (`_v2_words`: rows 64
-# bytes apart, read by ldmatrix; offline 372 / 362 without the prefetch). Off
-# (GOSSAMER_V2_FP16=1).
-V2_FP16 = os.environ.get("GOSSAMER_V2_FP16", "0") == "1"
-V2_FP16_GROUPS = 8  # the fp16 step splits into exactly this many group dots
-_V2H_GROUPS = tl.constexpr(V2_FP16_GROUPS)
-
-
-def _v2_fp16(block_m: int, gate_up: dict, down: dict) -> bool:
-    """Whether v2 runs tiles of block_m rows with fp16 operands (V2_FP16; below 16 rows, steps of
-    V2_FP16_GROUPS groups)."""
-    steps = (gate_up["GROUPS_PER_STEP"], down["GROUPS_PER_STEP"])
-    return V2_FP16 and block_m < 16 and steps == (V2_FP16_GROUPS, V2_FP16_GROUPS)
-
-
-@triton.jit
-def _v2h_position(k):
-    """Position of element k of a row in the fp16 operands' order: group-major; in a group,
-    element 8t + j + 4h (word t, code j + 4h) at 16 (j // 2) + 4t + 2 (j % 2) + h."""
-    e = k % 32
-    t = e // 8
-    j = e % 4
-    h = (e % 8) // 4
-    return k - e + 16 * (j // 2) + 4 * t + 2 * (j % 2) + h
-
-
-@triton.jit
-def _fp16_pairs(lanes, PTX: tl.constexpr):
-    """int32 words of two fp16 lanes [R, 4] -> [R, 4, 2] fp16 (low lane first)."""
-    if PTX:  # the words passed twice (join) so that with pack=2 one instance sees one word
-        return tl.inline_asm_elementwise(
-            asm="mov.b32 $0, $1;", constraints="=r,r,r", args=[tl.join(lanes, lanes)],
-            dtype=tl.float16, is_pure=True, pack=2,
-        )  # fmt: skip
-    low = lanes.to(tl.int16).to(tl.float16, bitcast=True)
-    high = (lanes >> 16).to(tl.int16).to(tl.float16, bitcast=True)
-    return tl.join(low, high)
-
-
-@triton.jit
-def _v2h_weights(words, LAYOUT: tl.constexpr, PTX: tl.constexpr):
-    """A group's words [R, 4] -> [R, 32] e2m1 * 2^-14 in fp16, `_v2h_position` order."""
-    q0 = _fp16_pairs(_pair_lanes(words, 0, LAYOUT), PTX)
-    q1 = _fp16_pairs(_pair_lanes(words, 1, LAYOUT), PTX)
-    q2 = _fp16_pairs(_pair_lanes(words, 2, LAYOUT), PTX)
-    q3 = _fp16_pairs(_pair_lanes(words, 3, LAYOUT), PTX)
-    values = tl.join(tl.join(q0, q1), tl.join(q2, q3))  # [R, t, h, j % 2, j // 2]
-    return tl.reshape(tl.permute(values, (0, 4, 1, 3, 2)), (words.shape[0], 32))
-
-
-@triton.jit
-def _split8(t):
-    """[A, B, 8] -> its 8 slices [A, B] along the last axis, in order."""
-    t = tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2))  # last axis 4a + 2b + c
-    t0, t1 = tl.split(t)
-    t00, t01 = tl.split(t0)
-    t10, t11 = tl.split(t1)
-    g0, g4 = tl.split(t00)
-    g2, g6 = tl.split(t01)
-    g1, g5 = tl.split(t10)
-    g3, g7 = tl.split(t11)
-    return g0, g1, g2, g3, g4, g5, g6, g7
-
-
-@triton.jit
-def _v2h_group(acc, words, scale, x_ptrs, g, G: tl.constexpr, MASKED: tl.constexpr,
-               DOT16: tl.constexpr, LAYOUT: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
-    """acc [R, M] + scale [R, 1] * (group g's weights @ its activations)."""
-    p = g * 32 + tl.arange(0, 32)[None, :]
-    if MASKED:
-        x = tl.load(x_ptrs + p, mask=(p < G * 32), other=0.0)
-    else:
-        x = tl.load(x_ptrs + p)
-    w = _v2h_weights(words, LAYOUT, PTX)
-    if DOT16:
-        part = tl.dot(w, tl.trans(x.to(tl.float16)))
-    else:
-        part = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), input_precision="ieee")
-    return acc + part * scale
-
-
-@triton.jit
-def _v2h_scales(s_ptr, rows, g0, scale_step, G: tl.constexpr):
-    """uint8 scales [R, 8] of groups g0 .. g0 + 8 (zero past G): a step ahead, as v2's
-    SCALE_PREFETCH (one-byte loads are not async copies)."""
-    group = g0 + tl.arange(0, _V2H_GROUPS)
-    scale_ptrs = s_ptr + rows[:, None] * G + group[None, :] * scale_step  # (see _v2_scales)
-    return tl.load(scale_ptrs, mask=(group < G)[None, :], other=0)
-
-
-@triton.jit
-def _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G: tl.constexpr, MASKED: tl.constexpr,
-              DOT16: tl.constexpr, LAYOUT: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
-    """acc [R, M] += the 8 group dots of groups g0 .. g0 + 8 (rows [REP, 2, NW, 8]: packed
-    rows; the words load as v2's, scales [R, 8] in the accumulator's row order)."""
-    words = _v2_words(w_ptr, rows, g0, G, _V2H_GROUPS, MASKED)  # [R, GH, GL, word]: v2's tile
-    words = tl.reshape(tl.permute(words, (0, 3, 1, 2)), (words.shape[0], 4, _V2H_GROUPS))
-    w0, w1, w2, w3, w4, w5, w6, w7 = _split8(words)
-    scales = tl.reshape(_e8m0_scale(scales), (words.shape[0], 1, _V2H_GROUPS))
-    s0, s1, s2, s3, s4, s5, s6, s7 = _split8(scales)
-    acc = _v2h_group(acc, w0, s0, x_ptrs, g0, G, MASKED, DOT16, LAYOUT, PTX)
-    acc = _v2h_group(acc, w1, s1, x_ptrs, g0 + 1, G, MASKED, DOT16, LAYOUT, PTX)
-    acc = _v2h_group(acc, w2, s2, x_ptrs, g0 + 2, G, MASKED, DOT16, LAYOUT, PTX)
-    acc = _v2h_group(acc, w3, s3, x_ptrs, g0 + 3, G, MASKED, DOT16, LAYOUT, PTX)
-    acc = _v2h_group(acc, w4, s4, x_ptrs, g0 + 4, G, MASKED, DOT16, LAYOUT, PTX)
-    acc = _v2h_group(acc, w5, s5, x_ptrs, g0 + 5, G, MASKED, DOT16, LAYOUT, PTX)
-    acc = _v2h_group(acc, w6, s6, x_ptrs, g0 + 6, G, MASKED, DOT16, LAYOUT, PTX)
-    return _v2h_group(acc, w7, s7, x_ptrs, g0 + 7, G, MASKED, DOT16, LAYOUT, PTX)
-
-
-@triton.jit
-def _v2h_matmul(x_ptrs, w_ptr, s_ptr, rows, scale_step, K: tl.constexpr, NUM_STAGES: tl.constexpr,
-                SCALE_PREFETCH: tl.constexpr, DOT16: tl.constexpr, LAYOUT: tl.constexpr,
-                PTX: tl.constexpr):  # fmt: skip
-    """`_v2_matmul` with fp16 operands (V2_FP16): -> fp32 [R, M], the weights' e2m1 * 2^-14
-    already undone by the scales (`_e8m0_scale`); the activations' own scale is the caller's."""
-    G: tl.constexpr = K // 32
-    GB: tl.constexpr = _V2H_GROUPS
-    G_FULL: tl.constexpr = G // GB * GB
-    R: tl.constexpr = rows.shape[0] * rows.shape[2] * 16
-    flat_rows = tl.reshape(tl.permute(rows, (0, 2, 1, 3)), (R,))  # the accumulator's row order
-    acc = tl.zeros([R, x_ptrs.shape[0]], tl.float32)
-    if SCALE_PREFETCH:
-        next_scales = _v2h_scales(s_ptr, flat_rows, 0, scale_step, G)
-    for g0 in tl.range(0, G_FULL, GB, num_stages=NUM_STAGES):
-        if SCALE_PREFETCH:
-            scales = next_scales
-            next_scales = _v2h_scales(s_ptr, flat_rows, g0 + GB, scale_step, G)
-        else:
-            scales = _v2h_scales(s_ptr, flat_rows, g0, scale_step, G)
-        acc = _v2h_step(acc, x_ptrs, w_ptr, scales, rows, g0, G, False, DOT16, LAYOUT, PTX)
-    if G_FULL < G:
-        if SCALE_PREFETCH:
-            scales = next_scales
-        else:
-            scales = _v2h_scales(s_ptr, flat_rows, G_FULL, scale_step, G)
-        acc = _v2h_step(acc, x_ptrs, w_ptr, scales, rows, G_FULL, G, True, DOT16, LAYOUT, PTX)
-    return acc
 
 
 @triton.jit
@@ -3129,7 +2601,6 @@ def _v2_tile_dims(REP: tl.constexpr, NW: tl.constexpr):
 @triton.jit(do_not_specialize=["scale_step"])
 def _v2_gate_up_kernel(
     x_ptr,  # [T, X_WIDTH] activations in the v2 order of this kernel's steps
-    x_unscale_ptr,  # HALF: [T] fp32, 2^-e_t of x's per-token scale (else unread)
     sorted_pairs_ptr,  # [P] int32: pair index (token * TOP_K + slot) in expert order
     counts_ptr,  # [E] int32 pairs per expert
     offsets_ptr,  # [E] int32 first sorted row of each expert
@@ -3159,9 +2630,6 @@ def _v2_gate_up_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
-    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`)
-    HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): x scaled per token, _v2h_position order
-    ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations are stored times this (2^act_exponent)
     S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
 ):
     pid_n = tl.program_id(0)
@@ -3181,14 +2649,8 @@ def _v2_gate_up_kernel(
     pair_index = tl.minimum(pid_n * BP + 8 * NW * rep + 8 * w + lane_row, INTER - 1)
     rows = expert * (2 * INTER) + 2 * pair_index + d  # gate rows at d = 0, up rows at d = 1
     x_ptrs = x_ptr + token[:, None].to(tl.int64) * X_WIDTH
-    if HALF:
-        acc = _v2h_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, NUM_STAGES,
-                          SCALE_PREFETCH, DOT_BF16, LAYOUT, LANES == 1)  # fmt: skip
-        acc *= tl.load(x_unscale_ptr + token)[None, :]
-    else:
-        acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP,
-                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP,
-                         S_ROW)  # fmt: skip
+    acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, H, GROUPS_PER_STEP, NUM_STAGES,
+                     SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, S_ROW)  # fmt: skip
 
     gate, up = tl.split(tl.permute(tl.reshape(acc, (REP, NW, 2, 8, BLOCK_M)), (0, 1, 3, 4, 2)))
     j = pid_n * BP + tl.arange(0, BP)
@@ -3197,13 +2659,10 @@ def _v2_gate_up_kernel(
     gate = tl.reshape(gate, (BP, BLOCK_M)) + tl.load(bias_row, mask=j_ok).to(tl.float32)[:, None]
     up = tl.reshape(up, (BP, BLOCK_M)) + tl.load(bias_row + 1, mask=j_ok).to(tl.float32)[:, None]
     act = _swiglu(gate, up, limit, alpha)  # [BP, M]
-    if HALF:
-        position = _v2h_position(j)
-    else:
-        position = _v2_position(j, DOWN_GROUPS, SYNC, SWAP)
+    position = _v2_position(j, DOWN_GROUPS, SYNC)
     tl.store(
         act_ptr + sorted_row[None, :].to(tl.int64) * ACT_WIDTH + position[:, None],
-        (act * ACT_SCALE).to(act_ptr.dtype.element_ty),
+        act.to(act_ptr.dtype.element_ty),
         mask=sorted_ok[None, :] & j_ok[:, None],
     )
 
@@ -3236,9 +2695,6 @@ def _v2_down_kernel(
     SCALE_PREFETCH: tl.constexpr,
     LAYOUT: tl.constexpr = 0,  # LAYOUT_HF or LAYOUT_FP16_LANES (the words' bit layout)
     SYNC: tl.constexpr = False,  # the mma.sync K order (`_v2_sync_order`) of activations and weights
-    SWAP: tl.constexpr = False,  # activations stored with bits 1, 4 swapped (`_v2_act_swap`)
-    HALF: tl.constexpr = False,  # fp16 operands (`_v2_fp16`): act in _v2h_position order
-    ACT_SCALE: tl.constexpr = 1.0,  # HALF: the activations as stored are times this
     S_ROW: tl.constexpr = 0,  # > 0: scales padded to rows of S_ROW bytes (V2_PADDED_SCALES)
 ):
     pid_n = tl.program_id(0)
@@ -3257,14 +2713,8 @@ def _v2_down_kernel(
     # rows past the expert's end re-read its last row (in bounds); their results are never stored
     act_row = tl.minimum(sorted_row, row_end - 1)
     x_ptrs = act_ptr + act_row[:, None].to(tl.int64) * X_WIDTH
-    if HALF:
-        acc = _v2h_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, NUM_STAGES,
-                          SCALE_PREFETCH, DOT_BF16, LAYOUT, LANES == 1)  # fmt: skip
-        acc *= 1.0 / ACT_SCALE
-    else:
-        acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
-                         NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, SWAP,
-                         S_ROW)  # fmt: skip
+    acc = _v2_matmul(x_ptrs, w_ptr, scales_ptr, rows, scale_step, INTER, GROUPS_PER_STEP,
+                     NUM_STAGES, SCALE_PREFETCH, LANES, DOT_BF16, LAYOUT, SYNC, S_ROW)  # fmt: skip
 
     col = pid_n * R + tl.arange(0, R)
     col_ok = col < H
@@ -3361,14 +2811,13 @@ def moe_mxfp4_grouped_v2(
     x = x.contiguous()
     if num_tokens == 0:
         return torch.empty_like(x)
-    half = _v2_fp16(block_m, gu, dn) and math.isfinite(swiglu_limit) and swiglu_limit > 0
-    sync, swap = _v2_sync_order(block_m) and not half, _v2_act_swap(block_m) and not half
-    x_layout = "v2_fp16" if half else _V2_X_LAYOUTS[sync, swap]
-    ids, route_w, x_v2, x_unscale = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
+    sync = _v2_sync_order(block_m)
+    x_layout = "v2_sync" if sync else "v2"
+    ids, route_w, x_v2, _ = _route(router_logits, top_k, x, x_layout, gu["GROUPS_PER_STEP"])
     # one launch instead of _expert_schedule's ~8 (imported here: that module imports this one)
     from gossamer.kernels import moe_grouped_gemv as gemv
 
-    gemv_max = _v2_gemv_max_count(block_m, half, swiglu_limit)
+    gemv_max = _v2_gemv_max_count(block_m, swiglu_limit)
     if gemv_max:  # the experts of 1..gemv_max pairs to the grouped GEMV, in one tile each
         (sorted_pairs, counts, offsets, tile_ends), small = gemv.split_schedule(
             ids, num_experts, block_m, gemv_max, triton.next_power_of_2(gemv_max)
@@ -3377,22 +2826,21 @@ def moe_mxfp4_grouped_v2(
         sorted_pairs, counts, offsets, tile_ends = gemv.expert_schedule(ids, num_experts, block_m)
     max_m_tiles = triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
     dot_bf16 = x.dtype == torch.bfloat16  # as in v1: bf16 tensor cores, else exact fp32
-    act_dtype = (torch.float16 if half else torch.bfloat16) if dot_bf16 else torch.float32
-    act_scale = 2.0 ** act_exponent(swiglu_limit) if half else 1.0
+    act_dtype = torch.bfloat16 if dot_bf16 else torch.float32
     act_width = _v2_padded(inter, dn["GROUPS_PER_STEP"])
     act = torch.empty(num_pairs, act_width, dtype=act_dtype, device=x.device)  # sorted order
     lanes = LANES_BF16_PTX if _lanes() == LANES_BF16_PTX else LANES_BF16_EMULATED
     common = {"E": num_experts, "E_P2": triton.next_power_of_2(num_experts), "DOT_BF16": dot_bf16,
               "LANES": lanes, "BLOCK_M": block_m, "LAYOUT": layout_code(experts),
-              "SYNC": sync, "SWAP": swap, "HALF": half, "ACT_SCALE": act_scale}  # fmt: skip
+              "SYNC": sync}  # fmt: skip
     schedule = (sorted_pairs, counts, offsets, tile_ends)
     gu_scales, dn_scales, gu_row, dn_row = experts.gate_up_scales, experts.down_scales, 0, 0
-    if V2_PADDED_SCALES and not half and block_m <= V2_PADDED_MAX_ROWS:
+    if V2_PADDED_SCALES and block_m <= V2_PADDED_MAX_ROWS:
         gu_scales, gu_row = _v2_padded_scales(gu_scales, gu["GROUPS_PER_STEP"])
         dn_scales, dn_row = _v2_padded_scales(dn_scales, dn["GROUPS_PER_STEP"])
     pairs_per_program = 8 * gu["REP"] * gu["num_warps"]
     _v2_gate_up_kernel[(triton.cdiv(inter, pairs_per_program), max_m_tiles)](
-        x_v2, x_unscale if half else route_w, *schedule,
+        x_v2, *schedule,
         experts.gate_up_blocks.view(torch.int32), gu_scales,
         experts.gate_up_bias.contiguous(), act, float(swiglu_limit), float(swiglu_alpha), 1,
         H=hidden, INTER=inter, TOP_K=top_k, DOWN_GROUPS=dn["GROUPS_PER_STEP"],
@@ -3440,10 +2888,10 @@ V2_GEMV_MAX_COUNT = int(os.environ.get("GOSSAMER_V2_GEMV_MAX_COUNT", "0"))
 V2_GEMV_M_PROGRAMS = int(os.environ.get("GOSSAMER_V2_GEMV_M_PROGRAMS", "16"))
 
 
-def _v2_gemv_max_count(block_m: int, half: bool, swiglu_limit: float) -> int:
+def _v2_gemv_max_count(block_m: int, swiglu_limit: float) -> int:
     """The largest expert (in pairs) v2 leaves to the grouped GEMV at this tile (0: none): decode
-    tiles of up to 16 rows, bf16 operands, a SwiGLU limit the fp16 GEMV can scale by."""
-    usable = block_m <= 16 and not half and 0.0 < swiglu_limit < 1e4
+    tiles of up to 16 rows, a SwiGLU limit the fp16 GEMV can scale by."""
+    usable = block_m <= 16 and 0.0 < swiglu_limit < 1e4
     return V2_GEMV_MAX_COUNT if usable else 0
 
 

@@ -16,7 +16,6 @@ from gossamer.model.weights import (
     is_mxfp4_checkpoint,
     load_checkpoint,
     pack_dense_for_gpu,
-    pack_gate_up_for_gpu,
     repack_experts_for_gpu,
 )
 from gossamer.ops import get_ops
@@ -96,9 +95,7 @@ def load_model(
 def _register_packed_copies(net: GptOssForCausalLM) -> None:
     """The Triton kernels' packed copies of the weights, where switched on (after the loads and
     the experts' layout repack: they copy the bits as they are then)."""
-    from gossamer.kernels import gemv, moe_mxfp4  # the kernels load only where they run
+    from gossamer.kernels import gemv  # the kernels load only where they run
 
     if gemv.USE_PACKED:
         pack_dense_for_gpu(net)
-    if moe_mxfp4.PACKED_GATE_UP:
-        pack_gate_up_for_gpu(net)

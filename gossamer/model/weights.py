@@ -260,23 +260,6 @@ def pack_dense_for_gpu(model: GptOssForCausalLM, tiles: tuple[tuple[int, int], .
     return packed
 
 
-def pack_gate_up_for_gpu(model: GptOssForCausalLM) -> int:
-    """Register a copy of every MXFP4 expert module's gate_up packed by program for the batch-1
-    gate_up GEMV's default tile (moe_mxfp4.PACKED_GATE_UP); returns how many. Run it after any
-    layout repack: the copy keeps the bits as they are now."""
-    from gossamer.kernels import moe_mxfp4
-
-    config = moe_mxfp4.DECODE_FP16_GATE_UP
-    packed = 0
-    for layer in model.model.layers:
-        experts = layer.mlp.experts.weights()
-        if experts.is_mxfp4:
-            moe_mxfp4.register_packed_gate_up(experts, config["BLOCK_PAIRS"],
-                                              config["GROUPS_PER_STEP"])  # fmt: skip
-            packed += 1
-    return packed
-
-
 def set_experts_layout(model: GptOssForCausalLM, layout: str) -> int:
     """Repack every MXFP4 expert's blocks in place to `layout` (both directions are bit
     permutations); returns how many expert modules changed."""

@@ -73,10 +73,7 @@ class TritonOps:
         bias: torch.Tensor | None,
         want_normed: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        # the norm runs in the GEMV's prologue where the Triton GEMV serves the projection (decode
-        # batches); else (prefill, cuBLAS shapes) its own kernel, then `linear`
-        if gemv.fuses_norm(hidden, residual, weight):
-            return gemv.norm_linear(hidden, residual, norm_weight, eps, weight, bias, want_normed)
+        # the norm kernel, then `linear` (folded into the GEMV's prologue it was slower: gemv.py)
         return compose_norm_linear(
             self, hidden, residual, norm_weight, eps, weight, bias, want_normed
         )
@@ -197,34 +194,25 @@ class TritonOps:
         swiglu_alpha: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # Decode batches: the norm (also writing the experts' fp16 input), the router GEMV, then
-        # the two expert GEMVs, which route themselves (moe_mxfp4.ROUTE_IN_EXPERTS); or (off by
-        # default) the router and the routing in one launch (with the norm, or after the norm
-        # kernel: moe_mxfp4.ROUTER_NORM), then the expert GEMVs; else the parts.
+        # the two expert GEMVs, which route themselves (moe_mxfp4.ROUTE_IN_EXPERTS); else the
+        # parts.
         moe = _kernel_module("moe_mxfp4")
         args = (router_weight, router_bias, experts, top_k, swiglu_limit, swiglu_alpha)
         checks = (hidden, residual, router_weight, experts, top_k, swiglu_limit)
-        if self._routes_in_experts(moe, checks):
-            normed, new_residual, x_h, x_unscale = norm.rms_norm_planes(
-                hidden, norm_weight, eps, residual
-            )
-            logits = self.linear(normed, router_weight, router_bias)
-            out = moe.moe_from_logits(normed, x_h, x_unscale, logits, *args[2:])
-            return out, new_residual
-        if moe is None or not moe.fuses_router(*checks):
+        if not self._routes_in_experts(moe, checks):
             return compose_norm_moe(self, hidden, residual, norm_weight, eps, *args)
-        if moe.ROUTER_NORM:
-            return moe.router_moe(hidden, residual, norm_weight, eps, *args)
-        normed, new_residual = self.rms_norm(hidden, norm_weight, eps, residual)
-        return moe.router_moe(normed, None, None, eps, *args)[0], new_residual
+        normed, new_residual, x_h, x_unscale = norm.rms_norm_planes(
+            hidden, norm_weight, eps, residual
+        )
+        logits = self.linear(normed, router_weight, router_bias)
+        out = moe.moe_from_logits(normed, x_h, x_unscale, logits, *args[2:])
+        return out, new_residual
 
     @staticmethod
     def _routes_in_experts(moe: ModuleType | None, checks: tuple) -> bool:
         """The norm kernel, the router GEMV and the self-routing expert GEMVs serve this decode
-        problem: neither the fused router nor the norm in the router GEMV's prologue is on."""
-        hidden, residual, router_weight = checks[:3]
-        if moe is None or moe.fuses_router(*checks) or not moe.routes_in_experts(*checks):
-            return False
-        return not gemv.fuses_norm(hidden, residual, router_weight)
+        problem."""
+        return moe is not None and moe.routes_in_experts(*checks)
 
 
 @functools.cache

@@ -533,16 +533,6 @@ def test_gpu_decode(seqs, sliding_window) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("seqs", [[(1, 1000)], _random_decodes(7, 8192, 1)], ids=["b1", "b7"])
-def test_gpu_sliding_decode_in_one_split(seqs, monkeypatch) -> None:
-    from gossamer.kernels import attention as kernels
-
-    monkeypatch.setattr(kernels, "SLIDING_WHOLE_WINDOW", True)
-    batch = _gpu_batch(seqs, 128)
-    _assert_gpu_matches(run_op(kernels, batch), batch)
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("sliding_window", [None, 128], ids=["full", "sliding"])
 def test_gpu_mixed_prefill_and_decode(sliding_window) -> None:
     from gossamer.kernels import attention as kernels
@@ -735,19 +725,17 @@ class GridSpy(LaunchSpy):
         return super().__getitem__(grid)
 
 
-@pytest.mark.parametrize("whole", [False, True])
-def test_sliding_layers_in_one_split_of_the_whole_window(kernels, monkeypatch, whole) -> None:
-    """SLIDING_WHOLE_WINDOW: a sliding-window decode launch gets one split that covers the window
-    (no merge) instead of 64-key splits; the output is the reference's either way, and full
-    attention keeps its splits."""
+def test_sliding_layers_split_their_window(kernels, monkeypatch) -> None:
+    """A sliding-window decode launch splits its window into 64-key chunks (two for 100 keys,
+    merged in the kernel); the output is the reference's, and full attention splits its 300 keys
+    into more."""
     spy = GridSpy(kernels._paged_attention_kernel)
     monkeypatch.setattr(kernels, "_paged_attention_kernel", spy)
-    monkeypatch.setattr(kernels, "SLIDING_WHOLE_WINDOW", whole)
     seqs = [(1, 300), (1, 200)]
     sliding, full = make_batch(seqs, sliding_window=100), make_batch(seqs)
     assert_matches(run_tuned(kernels, sliding), sliding)
     assert_matches(run_tuned(kernels, full), full)
     (_, sliding_programs, _), (_, full_programs, _) = spy.grids
     num_kv_heads = sliding.kv_cache.shape[3]
-    assert sliding_programs == num_kv_heads * (1 if whole else 2)  # 100 keys: 64-key splits
-    assert full_programs > num_kv_heads  # full attention over 300 keys still splits
+    assert sliding_programs == num_kv_heads * 2  # 100 keys: 64-key splits
+    assert full_programs > num_kv_heads * 2  # full attention over 300 keys: more splits

@@ -510,16 +510,14 @@ V2_8_ROW_CASES = [
 ]
 
 
-@pytest.mark.parametrize("sync,swap", [(True, False), (True, True), (False, False)])
+@pytest.mark.parametrize("sync", [True, False])
 @pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
-def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes, sync, swap):
+def test_grouped_v2_sync_order(moe, monkeypatch, hidden, inter, tokens, changes, sync):
     """V2_SYNC_ORDER (the default): tiles of 8 rows (mma.sync on the GPU) in their own K order,
-    the activations routed and the gate_up outputs stored in it too (with V2_ACT_SWAP: stored
-    with bits 1 and 4 swapped, swapped back in the kernels); and, turned off, in v2's order."""
+    the activations routed and the gate_up outputs stored in it too; and, turned off, in v2's
+    order."""
     monkeypatch.setattr(moe, "V2_SYNC_ORDER", sync)
-    monkeypatch.setattr(moe, "V2_ACT_SWAP", swap)
     assert moe._v2_sync_order(8) == sync and not moe._v2_sync_order(16)
-    assert moe._v2_act_swap(8) == swap
     experts = _experts(8, hidden, inter, seed=50 + hidden)
     x, logits = _inputs(tokens, hidden, 8, seed=51 + tokens)
     out = moe.moe_mxfp4_grouped_v2(
@@ -564,75 +562,6 @@ def test_grouped_v2_padded_scales_only_for_decode_tiles(moe, monkeypatch):
     assert not moe._PADDED_SCALES
 
 
-@pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
-def test_grouped_v2_act_swap(moe, monkeypatch, hidden, inter, tokens, changes):
-    """V2_ACT_SWAP: tiles of 8 rows in v2's K order, the activations routed and the gate_up
-    outputs stored with position bits 1 and 4 swapped, swapped back in the kernels."""
-    monkeypatch.setattr(moe, "V2_ACT_SWAP", True)
-    monkeypatch.setattr(moe, "V2_SYNC_ORDER", False)
-    assert moe._v2_act_swap(8) and not moe._v2_act_swap(16) and not moe._v2_sync_order(8)
-    experts = _experts(8, hidden, inter, seed=70 + hidden)
-    x, logits = _inputs(tokens, hidden, 8, seed=71 + tokens)
-    out = moe.moe_mxfp4_grouped_v2(
-        x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(**changes)
-    )
-    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
-
-
-@pytest.mark.parametrize("hidden,inter,tokens,changes", V2_8_ROW_CASES)
-def test_grouped_v2_words_group_major(moe, monkeypatch, hidden, inter, tokens, changes):
-    """_V2_WORDS_GROUP_MAJOR: the words loaded as [.., group, row, word] and permuted back, the
-    masked last step included."""
-    import triton.language as tl
-
-    monkeypatch.setattr(moe, "_V2_WORDS_GROUP_MAJOR", tl.constexpr(True))
-    experts = _experts(8, hidden, inter, seed=90 + hidden)
-    x, logits = _inputs(tokens, hidden, 8, seed=91 + tokens)
-    out = moe.moe_mxfp4_grouped_v2(
-        x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **_v2_configs(**changes)
-    )
-    assert _relative_error(out, _reference(x, logits, experts, 2)) < 1e-5
-
-
-# (hidden, intermediate, tokens, scale prefetch): only a partial step; a full step and a partial
-# one; whole steps
-V2_FP16_CASES = [(96, 64, 17, 0), (288, 160, 9, 1), (288, 160, 9, 0), (512, 256, 5, 1)]
-
-
-@pytest.mark.parametrize("hidden,inter,tokens,prefetch", V2_FP16_CASES)
-def test_grouped_v2_fp16_operands(moe, monkeypatch, hidden, inter, tokens, prefetch):
-    """V2_FP16: tiles of 8 rows with one dot per scale group in the group-major order, x scaled
-    per token and the activations by 2^act_exponent (fp32 here, so the comparison is exact)."""
-    monkeypatch.setattr(moe, "V2_FP16", True)
-    configs = _v2_configs(GROUPS_PER_STEP=moe.V2_FP16_GROUPS, SCALE_PREFETCH=prefetch)
-    assert moe._v2_fp16(8, configs["gate_up_config"], configs["down_config"])
-    assert not moe._v2_fp16(16, configs["gate_up_config"], configs["down_config"])
-    experts = _experts(8, hidden, inter, seed=110 + hidden)
-    x, logits = _inputs(tokens, hidden, 8, seed=111 + tokens)
-    x[0] *= 1e4  # a large token and a small one: the per-token scales differ
-    x[1] *= 1e-4
-    reference = _reference(x, logits, experts, 2)
-    out = moe.moe_mxfp4_grouped_v2(x, logits, experts, 2, LIMIT, ALPHA, block_m=8, **configs)
-    assert _relative_error(out, reference) < 1e-5
-    repacked = _fp16_lanes(experts)  # the loader's GPU layout
-    out = moe.moe_mxfp4_grouped_v2(x, logits, repacked, 2, LIMIT, ALPHA, block_m=8, **configs)
-    assert _relative_error(out, reference) < 1e-5
-
-
-def test_v2_fp16_route_layout(moe):
-    """X_LAYOUT 7: x * 2^e_t in _v2h_position order, 2^-e_t beside it."""
-    x = torch.randn(3, 96, device=DEVICE) * torch.tensor([[1.0], [300.0], [1e-3]], device=DEVICE)
-    logits = torch.randn(3, 8, device=DEVICE)
-    _, _, x_out, x_unscale = moe._route(logits, 2, x, "v2_fp16", 8)
-    k = torch.arange(96)
-    e = k % 32
-    position = k - e + 16 * ((e % 4) // 2) + 4 * (e // 8) + 2 * (e % 2) + (e % 8) // 4
-    assert sorted(position.tolist()) == list(range(96))
-    torch.testing.assert_close(x_out[:, position] * x_unscale[:, None], x, rtol=0, atol=0)
-    amax = (x_out[:, :96].abs().amax(dim=1)).cpu()
-    assert ((amax >= 2**14) & (amax < 2**15)).all()
-
-
 def test_grouped_v2_crowded_and_empty_experts(moe):
     """Every token on experts 5 and 2 (17 pairs each: two M-tiles of 16, the second with one row);
     six experts without tokens."""
@@ -666,8 +595,6 @@ def test_v2_route_layout(moe, groups):
 SYNC_ROUTE_LAYOUTS = {
     # "v2_sync" (V2_SYNC_ORDER): h + 2 (wi % 2) + 4 GL + 16 (wi // 2) + 32 (j % 2) + 64 (j // 2)
     "v2_sync": (0, 5, 6, 2, 1, 3, 4),
-    # "v2_sync_swap" (with V2_ACT_SWAP): bits 1 and 4 of that swapped, which the kernels swap back
-    "v2_sync_swap": (0, 5, 6, 3, 1, 2, 4),
 }
 
 
@@ -681,20 +608,6 @@ def test_v2_sync_route_layouts(moe, groups, layout):
     steps = x.view(3, 2, groups // 4, 4, 2, 2, 2, 2, 2)  # [t, step, GH, GL, ...]
     order = (0, 1) + tuple(2 + d for d in SYNC_ROUTE_LAYOUTS[layout])
     assert torch.equal(x_v2, steps.permute(order).reshape(3, hidden))
-
-
-@pytest.mark.parametrize("groups", [4, 8])
-def test_v2_swap_route_layout(moe, groups):
-    """route's "v2_swap" layout (v2 tiles of 8 rows with V2_ACT_SWAP): v2's position with bits 1
-    and 4 swapped, i.e. element 32 (4 GH + GL) + 8 wi + 4h + j is stored at h + 2 (wi // 2) +
-    4 (GL // 2) + 8 (wi % 2) + 16 (GL % 2) + 32 (j % 2) + 64 (j // 2) + 128 GH."""
-    hidden = 32 * groups * 2
-    x, logits = _inputs(3, hidden, 4, seed=72)
-    _, _, x_v2, _ = moe._route(logits, 2, x, "v2_swap", groups)
-    # [t, step, GH, GL // 2, GL % 2, wi // 2, wi % 2, h, j // 2, j % 2]
-    steps = x.view(3, 2, groups // 4, 2, 2, 2, 2, 2, 2, 2)
-    expected = steps.permute(0, 1, 2, 8, 9, 4, 6, 3, 5, 7).reshape(3, hidden)
-    assert torch.equal(x_v2, expected)
 
 
 def test_grouped_v2_through_the_entry_point(moe, monkeypatch):
@@ -978,18 +891,17 @@ def test_gpu_120b_grouped_v2_tall_tiles(experts_120b, monkeypatch, block_m):
 @pytest.mark.parametrize("tokens", [16, 64])
 def test_gpu_120b_grouped_v2_sync_order(experts_120b, monkeypatch, tokens):
     """V2_SYNC_ORDER (tiles of 8 rows in the mma.sync K order; the default), with 2 and 3
-    pipeline stages, without and with V2_ACT_SWAP, on the repacked words as the loader leaves
-    them; and v2's order (V2_SYNC_ORDER off)."""
+    pipeline stages, on the published and the repacked words (as the loader leaves them); and
+    v2's order (V2_SYNC_ORDER off)."""
     from gossamer.kernels import moe_mxfp4
 
     x, logits = _inputs_120b(tokens, seed=410 + tokens)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
     gate_up, down = moe_mxfp4.v2_configs(8)  # the defaults' tile at 8 rows
     repacked = _fp16_lanes(experts_120b)
-    for stages, sync, swap, experts in ((2, True, False, experts_120b), (3, True, True, experts_120b),
-                                        (3, True, False, repacked), (3, False, False, repacked)):  # fmt: skip
+    for stages, sync, experts in ((2, True, experts_120b), (3, True, experts_120b),
+                                  (3, True, repacked), (3, False, repacked)):  # fmt: skip
         monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", sync)
-        monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", swap)
         args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
         configs = {
             "gate_up_config": gate_up | {"NUM_STAGES": stages},
@@ -1041,41 +953,6 @@ def test_gpu_120b_grouped_v2_padded_scales(experts_120b, monkeypatch, tokens):
     out = moe_mxfp4.moe_mxfp4_grouped_v2(*args, block_m=8, gate_up_config=gate_up,
                                          down_config=down)  # fmt: skip
     _assert_close_120b(out, ref)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [16, 64])
-def test_gpu_120b_grouped_v2_act_swap(experts_120b, monkeypatch, tokens):
-    """V2_ACT_SWAP (tiles of 8 rows reading activations stored with bits 1 and 4 swapped), the
-    default tile and the repacked words as the loader leaves them."""
-    from gossamer.kernels import moe_mxfp4
-
-    monkeypatch.setattr(moe_mxfp4, "V2_ACT_SWAP", True)
-    monkeypatch.setattr(moe_mxfp4, "V2_SYNC_ORDER", False)
-    x, logits = _inputs_120b(tokens, seed=420 + tokens)
-    ref = _reference(x, logits, experts_120b, TOP_K_120B)
-    for experts in (experts_120b, _fp16_lanes(experts_120b)):
-        out = moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K_120B, LIMIT, ALPHA,
-                                             block_m=8)  # fmt: skip
-        _assert_close_120b(out, ref)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [16, 64])
-def test_gpu_120b_grouped_v2_fp16_operands(experts_120b, monkeypatch, tokens):
-    """V2_FP16 (tiles of 8 rows with fp16 operands and one dot per scale group) on bf16 inputs:
-    x and the activations rounded to fp16 instead of bf16, the default tile, both word layouts."""
-    from gossamer.kernels import moe_mxfp4
-
-    monkeypatch.setattr(moe_mxfp4, "V2_FP16", True)
-    x, logits = _inputs_120b(tokens, seed=440 + tokens)
-    ref = _reference(x, logits, experts_120b, TOP_K_120B)
-    gate_up, down = moe_mxfp4.v2_configs(8)
-    assert moe_mxfp4._v2_fp16(8, gate_up, down)
-    for experts in (experts_120b, _fp16_lanes(experts_120b)):
-        out = moe_mxfp4.moe_mxfp4_grouped_v2(x, logits, experts, TOP_K_120B, LIMIT, ALPHA,
-                                             block_m=8)  # fmt: skip
-        _assert_close_120b(out, ref)
 
 
 @pytest.mark.gpu

@@ -21,14 +21,32 @@ from gossamer.model import mxfp4
 from gossamer.ops.base import ExpertWeights
 from gossamer.ops.torch_ref import TorchOps
 from tests.kernels.interpreted import (
+    DEVICE,
+    ON_GPU,
     interpreted_triton_ops,
     kernel_fixture,
+    load_interpreted,
 )
 from tests.kernels.test_moe_mxfp4 import ALPHA, FP16_TOLERANCE, LIMIT, _experts, _fp16_lanes
-from tests.kernels.test_router_moe import EPS, EXPERTS, HIDDEN, INTER, TOP_K, _problem
 
 moe = kernel_fixture("moe_mxfp4")
 norm = kernel_fixture("norm")
+
+EPS = 1e-5
+HIDDEN, EXPERTS, INTER, TOP_K = 96, 6, 64, 2
+
+
+def _problem(tokens: int, seed: int, dtype=torch.float32, hidden=HIDDEN, experts=EXPERTS):
+    """(x, residual, norm weight, router weight, router bias) of a layer half."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=g)).to(DEVICE)
+
+    x, residual = rand(tokens, hidden, scale=2.0), rand(tokens, hidden, scale=2.0)
+    norm_weight = 1.0 + 0.1 * rand(hidden)
+    router_weight, router_bias = rand(experts, hidden, scale=0.3), rand(experts, scale=0.1)
+    return x.to(dtype), residual.to(dtype), norm_weight, router_weight.to(dtype), router_bias
 
 
 @pytest.mark.parametrize("tokens", [1, 3])
@@ -47,10 +65,9 @@ def test_norm_planes_are_the_routing_kernels_x(norm, moe, tokens, with_residual)
 @pytest.mark.parametrize("keys", [False, True])
 @pytest.mark.parametrize("tokens,layout", [(1, "hf"), (3, "fp16_lanes")])
 def test_moe_from_logits_gives_the_routed_paths_bits(moe, monkeypatch, tokens, layout, keys):
-    """keys: both paths' top-k by packed keys (TOP_K_KEYS, ROUTE_IN_TOP_K_KEYS); without: both by
-    two reductions. Their bits must not change either way."""
+    """keys: the routing kernel's top-k by packed keys (TOP_K_KEYS), the GEMVs' by two
+    reductions; without: both by two reductions. Their bits must not change either way."""
     monkeypatch.setattr(moe, "TOP_K_KEYS", keys)
-    monkeypatch.setattr(moe, "ROUTE_IN_TOP_K_KEYS", keys)
     experts = _experts(EXPERTS, HIDDEN, INTER, seed=60 + tokens)
     if layout == "fp16_lanes":
         experts = _fp16_lanes(experts)
@@ -74,7 +91,7 @@ def interpreted_ops(monkeypatch: pytest.MonkeyPatch):
 
 def test_triton_ops_norm_moe_routes_in_the_experts_for_decode(interpreted_ops, monkeypatch):
     kernels = triton_ops._kernel_module("moe_mxfp4")
-    assert kernels.ROUTE_IN_EXPERTS and not kernels.FUSED_ROUTER  # the defaults
+    assert kernels.ROUTE_IN_EXPERTS  # the default
     calls = {"experts": 0, "routing": 0}
     real_experts, real_route = kernels.moe_from_logits, kernels.route_fp16
 
@@ -140,9 +157,9 @@ def _random_packed_experts(num_experts: int, hidden: int, inter: int, seed: int)
 @pytest.mark.parametrize("model", ["gpt-oss-20b", "gpt-oss-120b"])
 @pytest.mark.parametrize("tokens", [1, 8])
 def test_gpu_moe_from_logits_gives_the_routed_paths_bits(model, tokens, keys, monkeypatch):
-    """Real expert shapes in bf16: the norm's planes and both GEMVs' own routing give the routing
-    kernel's path bit for bit (keys: both top-k'd by packed keys, else both by two reductions);
-    with keys, the routing kernel's ids and weights are the two-reduction top-k's too."""
+    """Real expert shapes in bf16: the norm's planes and both GEMVs' own routing (two reductions a
+    slot) give the routing kernel's path bit for bit (keys: the routing kernel's top-k by packed
+    keys, whose ids and weights are the two-reduction top-k's too)."""
     from gossamer.kernels import moe_mxfp4 as gpu_moe
     from gossamer.kernels import norm as gpu_norm
 
@@ -156,14 +173,52 @@ def test_gpu_moe_from_logits_gives_the_routed_paths_bits(model, tokens, keys, mo
     assert torch.equal(normed, gpu_norm.rms_norm(x, norm_weight, EPS, residual)[0])
     logits = F.linear(normed, router_weight, router_bias.bfloat16())
     monkeypatch.setattr(gpu_moe, "TOP_K_KEYS", False)
-    monkeypatch.setattr(gpu_moe, "ROUTE_IN_TOP_K_KEYS", False)
     ref_ids, ref_weights, ref_x_h, ref_unscale = gpu_moe.route_fp16(logits, 4, normed)
     assert torch.equal(x_h, ref_x_h) and torch.equal(x_unscale, ref_unscale)
     if keys:
         monkeypatch.setattr(gpu_moe, "TOP_K_KEYS", True)
-        monkeypatch.setattr(gpu_moe, "ROUTE_IN_TOP_K_KEYS", True)
         key_ids, key_weights, _, _ = gpu_moe.route_fp16(logits, 4, normed)
         assert torch.equal(key_ids, ref_ids) and torch.equal(key_weights, ref_weights)
     args = (experts, 4, LIMIT, ALPHA)
     ours = gpu_moe.moe_from_logits(normed, x_h, x_unscale, logits, *args)
     assert torch.equal(ours, gpu_moe.moe_mxfp4_decode_fp16(normed, logits, *args))
+
+
+def test_mxfp4_model_on_triton_ops_matches_torch_ops(tmp_path, monkeypatch):
+    """A whole MXFP4 model's decode steps through the self-routing expert GEMVs (the model's
+    `norm_moe` call) against the same checkpoint on TorchOps."""
+    from gossamer.engine.reference import ContiguousCache, forward_tokens
+    from gossamer.model.loader import load_model
+    from gossamer.model.weights import save_checkpoint
+    from tests.hf_models import write_hf_model
+    from tests.kernels.test_triton_ops import KERNEL_MODULES
+
+    if not ON_GPU:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        modules = {name: load_interpreted(name) for name in KERNEL_MODULES}
+        for name in ("gemv", "norm", "rope"):
+            monkeypatch.setattr(triton_ops, name, modules[name])
+        monkeypatch.setattr(triton_ops, "_kernel_module", modules.get)
+    kernels = triton_ops._kernel_module("moe_mxfp4")
+    routed_in_experts = []
+    real = kernels.moe_from_logits
+    monkeypatch.setattr(kernels, "moe_from_logits",
+                        lambda *a: routed_in_experts.append(a) or real(*a))  # fmt: skip
+    dense = load_model(str(write_hf_model(tmp_path / "hf", seed=8, num_hidden_layers=2)),
+                       dtype="float32").model  # fmt: skip
+    packed_dir = save_checkpoint(dense, tmp_path / "mx")
+    ours = load_model(str(packed_dir), dtype="float32", device=DEVICE, ops="triton").model
+    reference = load_model(str(packed_dir), dtype="float32", device=DEVICE, ops="torch").model
+    tokens = [5, 17, 3, 88, 40, 2, 61, 9, 33, 70]
+
+    def run(model) -> torch.Tensor:
+        cache = ContiguousCache(model, len(tokens))
+        logits = [forward_tokens(model, cache, tokens[:8], 0)]
+        for position in range(8, len(tokens)):  # decode: the experts route themselves
+            logits.append(forward_tokens(model, cache, [tokens[position]], position))
+        return torch.cat(logits)
+
+    ours_logits, reference_logits = run(ours), run(reference)
+    assert len(routed_in_experts) == 2 * 2  # two decode steps, two layers
+    error = float((ours_logits - reference_logits).norm() / reference_logits.norm())
+    assert error < 1e-2  # the fp16 expert GEMVs

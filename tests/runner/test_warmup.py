@@ -152,14 +152,12 @@ def record_launches(patch: pytest.MonkeyPatch, modules, log: list[Launch]) -> No
 
 
 @contextlib.contextmanager
-def recording(model, fused_norm_max_m: int | None = None, gemv_max_m: int | None = None):
+def recording(model, gemv_max_m: int | None = None):
     """The model on RecordingOps with H200 SM counts; yields the launch log."""
     log: list[Launch] = []
     modules = [module for module in model.modules() if hasattr(module, "ops")]
     saved = [module.ops for module in modules]
     with pytest.MonkeyPatch.context() as patch:
-        if fused_norm_max_m is not None:
-            patch.setattr(gemv, "FUSED_NORM_MAX_M", fused_norm_max_m)
         if gemv_max_m is not None:
             patch.setattr(gemv, "GEMV_MAX_M", gemv_max_m)
         kernel_modules = (attention, moe_mxfp4, moe_grouped_gemv, gemv, norm, rope, embed)
@@ -218,11 +216,10 @@ class Recorded:
         return set().union(*self.per_step)
 
 
-@pytest.fixture(scope="module", params=[0, gemv.GEMV_MAX_M], ids=["norm-launch", "norm-folded"])
-def recorded(model, request) -> Recorded:
-    """Warm-up and then serving, with the RMSNorm as its own launch (the default) and folded into
-    the GEMV prologue (gemv.FUSED_NORM_MAX_M)."""
-    return record(model, fused_norm_max_m=request.param)
+@pytest.fixture(scope="module")
+def recorded(model) -> Recorded:
+    """Warm-up and then serving."""
+    return record(model)
 
 
 def record(model, **patches) -> Recorded:
@@ -357,22 +354,6 @@ def test_prefill_attention_and_moe_paths(recorded):
 
 # 1, 2, 4, ... to the most rows the router-sized projections take the Triton GEMV (64)
 ROW_CLASSES = {(1 << i,) for i in range(gemv.max_rows("narrow").bit_length())}
-FOLDED_CLASSES = {(1 << i,) for i in range(gemv.GEMV_MAX_M.bit_length())}  # the fold: to 8
-
-
-def test_norms_folded_into_the_gemvs_are_warmed_up(recorded, request):
-    """norm_linear's GEMV prologue (QKV: layer 0 without a residual, the others with one; the
-    router also stores the normed rows) at every row class, when the fold is on (M == 1 on the
-    FMA kernel: this model's projections are router-sized)."""
-    folded = constexprs(recorded.warm, "_gemv_dot_kernel", "BLOCK_M", "HAS_RESIDUAL",
-                        "STORE_NORMED", NORM=True)  # fmt: skip
-    folded |= {(1, *kind) for kind in constexprs(recorded.warm, "_gemv_fma_kernel", "HAS_RESIDUAL",
-                                                 "STORE_NORMED", NORM=True)}  # fmt: skip
-    kinds = {(False, False), (True, False), (True, True)}
-    if "norm-launch" in request.node.callspec.id:
-        assert folded == set()
-    else:
-        assert folded == {(m, *kind) for (m,) in FOLDED_CLASSES for kind in kinds}
 
 
 def test_triton_linears_up_to_64_rows_are_warmed_up(model):
