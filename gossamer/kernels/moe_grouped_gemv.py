@@ -680,8 +680,13 @@ def moe_mxfp4_grouped_gemv(
 # 0.7-1.3 ns each, up to ~25 us of a ~440 us layer here (not measured on this path). With
 # LOOP_M_ROWS > 0 the grid has at most that many rows and a program takes every LOOP_M_ROWS-th
 # tile in turn (LOOP_M; tiles in turn do not overlap, which cost the split's GEMV 19% where all
-# 128 experts had a tile on 16 rows). 0: a row for each possible tile. A/B:
-# `moe_switch_ab.py --switch moe_grouped_gemv.LOOP_M_ROWS --values 0,64,96 --tokens 16,32`.
+# 128 experts had a tile on 16 rows). 0: a row for each possible tile. Measured slower (H100,
+# session 36, `moe_switch_ab.py --switch moe_grouped_gemv.LOOP_M_ROWS --values 0,32,48,64,96
+# --tokens 16,32 --rounds 3`, one 120b layer): 16 tokens 265.8 us uncapped, +6.4 / +8.2% at 32 /
+# 48 rows (64 and 96 leave its 64-row grid as it is); 32 tokens 449.5 us, +7.2 to +10.5% at 32-96
+# rows: the empty programs cost less than the lost overlap. Off; the switch stays as the default
+# path's way to run the looping body that the small-expert split (moe_mxfp4.V2_GEMV_MAX_COUNT)
+# needs.
 LOOP_M_ROWS = int(os.environ.get("GOSSAMER_GEMV_LOOP_M_ROWS", "0"))
 
 
