@@ -14,6 +14,6 @@ echo "layer winner at 64 tokens: $BEST" | tee $R/best.txt
 TP="benchmarks/throughput.py --input-len 1024 --output-len 1024 --models gpt-oss-120b"
 [ "$BEST" != fp16_lanes ] && TAILN=3 step tp120_c64_best 100 env GOSSAMER_MXFP4_LAYOUT=$BEST python3 $TP --concurrency 64 --json $R/tp120_c64_best.json
 TAILN=3 step tp120_c64 100 python3 $TP --concurrency 64 --json $R/tp120_c64.json
-grep -q H200 $R/gpu.txt || exit 0
+grep -q H200 $R/gpu.txt && [ "${C256:-1}" = 1 ] || exit 0  # C256=0: session36_h200.sh
 [ "$BEST" != fp16_lanes ] && TAILN=3 step tp120_c256_best 130 env GOSSAMER_MXFP4_LAYOUT=$BEST python3 $TP --concurrency 256 --json $R/tp120_c256_best.json
 TAILN=3 step tp120_c256 130 python3 $TP --concurrency 256 --json $R/tp120_c256.json
