@@ -18,6 +18,9 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                (gemv.USE_PACKED, on by default; weights.pack_dense_for_gpu: each program's tiles
                one contiguous run);
                packed_<rows>x<cols>w<warps>p<programs an SM> the same on wider tiles (both)
+  whole_1 / whole_2 / whole_4 / whole_gu4_dn2  the batch-1 MoE GEMVs' whole steps loaded without
+               predicates, only the partial last step masked, the loop unrolled n times
+               (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS; gu4_dn2: gate_up 4, down 2)
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
                (DECODE_FP16_GATE_UP's EARLY)
@@ -130,6 +133,14 @@ VARIANTS = {
     # the scales through transposed pointers: no per-step trip of the accumulators through
     # shared memory (DECODE_FP16_GATE_UP's SCALES_T, session 18, off until measured)
     "gate_up_scales_t": {"gate_up": {"SCALES_T": 1}},
+    # both GEMVs' whole steps loaded without predicates, the loop unrolled 1, 2 or 4 times
+    # (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS, session 37, off until measured); whole_gu4_dn2
+    # gate_up fully unrolled, down twice
+    **{
+        f"whole_{n}": {"gate_up": {"WHOLE_STEPS": n}, "down_extra": {"WHOLE_STEPS": n}}
+        for n in (1, 2, 4)
+    },  # fmt: skip
+    "whole_gu4_dn2": {"gate_up": {"WHOLE_STEPS": 4}, "down_extra": {"WHOLE_STEPS": 2}},
     "ko_norms": {"knockout": "norms"},
     "ko_qkv": {"knockout": "qkv"},
     "ko_attention": {"knockout": "attention"},

@@ -223,14 +223,49 @@ def word_layouts() -> None:
             grouped_v2(block_m, changes)
 
 
+def instructions_run(compiled, loop_trips: int) -> tuple[int, int]:
+    """(instructions a thread runs: the kernel's outside its largest loop plus the loop's times
+    loop_trips, registers a thread) of a compiled kernel. For kernels whose loop an unroll
+    changes or removes (loop_trips 0: none left), where per-loop counts do not compare."""
+    text = sass(compiled)
+    count = _instruction_count(text.splitlines())
+    loop = _instruction_count(loop_lines(text))
+    registers = max(int(r) for r in re.findall(r"\bR(\d+)\b", text)) + 1
+    return count - loop + loop * loop_trips, registers
+
+
+def _instruction_count(lines: list[str]) -> int:
+    return sum(1 for line in lines if re.match(r"\s*/\*[0-9a-f]+\*/\s+\S", line))
+
+
+def whole_steps() -> None:
+    """The batch-1 GEMVs (120b, fp16 lanes, PDL) with WHOLE_STEPS n: whole steps unmasked, the
+    loop unrolled n times (moe_mxfp4.DECODE_FP16_GATE_UP's comment). 90 groups in steps of 16:
+    6 trips of the masked loop, 4 whole steps in the unrolled one (n >= 4: no loop left)."""
+    for n in (0, 1, 2, 4):
+        trips = 6 if n == 0 else 4 // n if n < 4 else 0
+        gate_up, _ = fp16_gate_up({"LAYOUT": moe.LAYOUT_FP16_LANES, "PDL": True, "WHOLE_STEPS": n})
+        down, _ = fp16_down({"LAYOUT": moe.LAYOUT_FP16_LANES, "PDL": True, "WHOLE_STEPS": n})
+        for name, kernel in (("gate_up", gate_up), ("down", down)):
+            run, registers = instructions_run(kernel, trips)
+            print(
+                f"WHOLE_STEPS {n}: {name:8s} {run:5d} instructions a thread, {registers} registers"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-grouped", action="store_true", help="only the decode GEMVs")
     parser.add_argument("--layouts", action="store_true", help="only the word layouts compared")
+    parser.add_argument("--whole-steps", action="store_true",
+                        help="only the batch-1 GEMVs with WHOLE_STEPS 0, 1, 2, 4")  # fmt: skip
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes; instructions per thread")
     if args.layouts:
         word_layouts()
+        return
+    if args.whole_steps:
+        whole_steps()
         return
     report("fp16 gate_up (default config)", *fp16_gate_up({}))
     # as the GPU runs it: the repacked bit layout, 20b's routing in the GEMV; SCALES_T off / on

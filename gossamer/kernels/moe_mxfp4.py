@@ -106,7 +106,15 @@ DECODE_FP16 = True
 # warps). Transposed, the scale load takes the group sums' layout: none of it, 337 -> 328
 # instructions a loop (benchmarks/sass_counts.py prints both). Off until measured in the graph
 # (fusion_ab.py gate_up_scales_t).
-DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4}
+# WHOLE_STEPS n > 0 (both configs): where a row's programs see only real rows (and down only real
+# slots) and K is not split, the whole steps of 16 groups load without predicates (no zeroed
+# registers a load, no bounds compares) and only the last, partial step (10 groups on 120b and
+# 20b) is masked; n unrolls the whole steps' loop. Offline (sm_90, triton 3.6, 120b shapes,
+# instructions a program's thread runs, session 37): gate_up 2,186 -> 1,954 (n 1; 70 registers
+# against 78) / 1,906 (2; 88) / 1,791 (4, the loop gone; 90); down 1,424 -> 1,322 (1; 126
+# against 76) / 1,117 (2; 78) / 1,063 (4; 68). Off until timed in the graph (fusion_ab.py whole_*).
+DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4,
+                       "WHOLE_STEPS": 0}  # fmt: skip
 # Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
 # (sessions 7 and 8, moe_decode_sweep.py --ahead, T=1 layer on 120b shapes). Session 8, us per
 # layer by gate_up/down AHEAD (1: scales a step early, 2: activation words too): 0/0 26.5,
@@ -116,7 +124,7 @@ DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "
 # EARLY 1: the first step's words and scales are loaded before the PDL wait (in the graph, H200,
 # 2026-12-04, fusion_ab.py: 20b 1.501 -> 1.491 ms a step, 120b 2.115 -> 2.109).
 DECODE_FP16_DOWN = {"BLOCK_ROWS": 1, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 1,
-                    "AHEAD": 2, "EARLY": 1}  # fmt: skip
+                    "AHEAD": 2, "EARLY": 1, "WHOLE_STEPS": 0}  # fmt: skip
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
 GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
 # Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
@@ -1135,11 +1143,18 @@ def _group_dot(words, x_ptrs, x_mask, PLANE: tl.constexpr, LAYOUT: tl.constexpr)
 
 @triton.jit
 def _x_planes(x_ptrs, x_mask, PLANE: tl.constexpr):
-    """The x words of a step's four pair planes (see _group_dot): four loads."""
-    p0 = tl.load(x_ptrs, mask=x_mask, other=0)
-    p1 = tl.load(x_ptrs + PLANE, mask=x_mask, other=0)
-    p2 = tl.load(x_ptrs + 2 * PLANE, mask=x_mask, other=0)
-    p3 = tl.load(x_ptrs + 3 * PLANE, mask=x_mask, other=0)
+    """The x words of a step's four pair planes (see _group_dot): four loads, unmasked where
+    x_mask is None (a whole step, see WHOLE_STEPS)."""
+    if x_mask is None:
+        p0 = tl.load(x_ptrs)
+        p1 = tl.load(x_ptrs + PLANE)
+        p2 = tl.load(x_ptrs + 2 * PLANE)
+        p3 = tl.load(x_ptrs + 3 * PLANE)
+    else:
+        p0 = tl.load(x_ptrs, mask=x_mask, other=0)
+        p1 = tl.load(x_ptrs + PLANE, mask=x_mask, other=0)
+        p2 = tl.load(x_ptrs + 2 * PLANE, mask=x_mask, other=0)
+        p3 = tl.load(x_ptrs + 3 * PLANE, mask=x_mask, other=0)
     return p0, p1, p2, p3
 
 
@@ -1206,6 +1221,8 @@ def _fp16_gate_up_kernel(
     # the PDL wait (see the comment at the wait)
     ROUTE: tl.constexpr = 0,  # 1: the expert from the logits after the wait, no routing kernel
     SCALES_T: tl.constexpr = 0,  # scales through transposed pointers (DECODE_FP16_GATE_UP)
+    WHOLE_STEPS: tl.constexpr = 0,  # > 0: whole steps unmasked, unrolled this much (see
+    # WHOLE_STEPS; only where `_whole_steps` allows it)
 ):
     G: tl.constexpr = H // 32
     # from a gate row's words / scales to its up row's
@@ -1258,7 +1275,15 @@ def _fp16_gate_up_kernel(
 
     acc_gate = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
     acc_up = tl.zeros([BLOCK_PAIRS, GROUPS_PER_STEP], tl.float32)
-    if NUM_STAGES == 0:
+    if WHOLE_STEPS:
+        if not EARLY:
+            next_gate = tl.load(gate_w_ptrs)
+            next_up = tl.load(gate_w_ptrs + UP_WORDS)
+        acc_gate, acc_up = _gate_up_whole_steps(
+            acc_gate, acc_up, next_gate, next_up, gate_w_ptrs, gate_s_ptrs, x_ptrs, j_ok, kw, step,
+            scale_step, G, UP_WORDS, UP_SCALES, H // 8, GROUPS_PER_STEP, LAYOUT, WHOLE_STEPS,
+        )  # fmt: skip
+    elif NUM_STAGES == 0:
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
         if not EARLY:
             next_gate = tl.load(gate_w_ptrs, mask=w_mask)
@@ -1302,6 +1327,43 @@ def _fp16_gate_up_kernel(
 
 
 @triton.jit
+def _gate_up_whole_steps(
+    acc_gate, acc_up, next_gate, next_up, gate_w_ptrs, gate_s_ptrs, x_ptrs, j_ok, kw, step,
+    scale_step, G: tl.constexpr, UP_WORDS: tl.constexpr, UP_SCALES: tl.constexpr,
+    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr, UNROLL: tl.constexpr,
+):  # fmt: skip
+    """gate_up's register double buffer over a whole row (SPLIT_K 1) of real rows (WHOLE_STEPS),
+    its whole steps' loads unmasked, only the last, partial step's masked. next_gate / next_up:
+    the first step's words, loaded by the caller."""
+    tile: tl.constexpr = (next_gate.shape[0], GB, 4)
+    G_FULL: tl.constexpr = G // GB * GB
+    for g0 in tl.range(0, G_FULL - GB, GB, loop_unroll_factor=UNROLL):
+        gate_words, up_words = tl.reshape(next_gate, tile), tl.reshape(next_up, tile)
+        next_gate = tl.load(gate_w_ptrs + (g0 + GB) * 4)
+        next_up = tl.load(gate_w_ptrs + UP_WORDS + (g0 + GB) * 4)
+        acc_gate, acc_up = _gate_up_step(
+            acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, 0, G, j_ok, kw, step,
+            scale_step, UP_SCALES, PLANE, LAYOUT, False, False,
+        )  # fmt: skip
+    gate_words, up_words = tl.reshape(next_gate, tile), tl.reshape(next_up, tile)
+    if G_FULL < G:  # the partial step's words, before the last whole step's products
+        w_mask = (G_FULL * 4 + kw < G * 4)[None, :]
+        next_gate = tl.load(gate_w_ptrs + G_FULL * 4, mask=w_mask)
+        next_up = tl.load(gate_w_ptrs + UP_WORDS + G_FULL * 4, mask=w_mask)
+    acc_gate, acc_up = _gate_up_step(
+        acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, G_FULL - GB, 0, G, j_ok, kw,
+        step, scale_step, UP_SCALES, PLANE, LAYOUT, False, False,
+    )  # fmt: skip
+    if G_FULL < G:
+        acc_gate, acc_up = _gate_up_step(
+            acc_gate, acc_up, tl.reshape(next_gate, tile), tl.reshape(next_up, tile),
+            gate_s_ptrs, x_ptrs, G_FULL, 0, G, j_ok, kw, step, scale_step, UP_SCALES, PLANE,
+            LAYOUT, False,
+        )  # fmt: skip
+    return acc_gate, acc_up
+
+
+@triton.jit
 def _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo, kw, step, scale_step,
                   INTER: tl.constexpr, G: tl.constexpr):  # fmt: skip
     """gate_up's word pointers [BP, GB * 4] and scale pointers [BP, GB] of its first step (the
@@ -1325,14 +1387,19 @@ def _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo, kw, step, scal
 def _gate_up_step(
     acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi, j_ok, kw, step,
     scale_step, UP_SCALES: tl.constexpr, PLANE: tl.constexpr, LAYOUT: tl.constexpr,
-    SCALES_T: tl.constexpr,
+    SCALES_T: tl.constexpr, MASKED: tl.constexpr = True,
 ):  # fmt: skip
     """One step of GROUPS_PER_STEP scale groups: scales, x, and the packed-fp16 dot products.
     UP_SCALES: from a gate row's scales to its up row's.
-    SCALES_T: the scales loaded through transposed pointers, see DECODE_FP16_GATE_UP."""
+    SCALES_T: the scales loaded through transposed pointers, see DECODE_FP16_GATE_UP.
+    MASKED False: a whole step of real rows (WHOLE_STEPS), its loads without predicates."""
     s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
     s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
-    if SCALES_T:
+    x_mask = None
+    if not MASKED:
+        gate_scale = _e8m0_scale(tl.load(s_ptrs))
+        up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES))
+    elif SCALES_T:
         s_ptrs_t, s_mask_t = tl.trans(s_ptrs), tl.trans(s_mask)
         gate_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t, mask=s_mask_t)))
         up_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t + UP_SCALES, mask=s_mask_t)))
@@ -1340,7 +1407,8 @@ def _gate_up_step(
         gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
         up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES, mask=s_mask))
     xp = x_ptrs + (g0 - g_lo) * 4
-    x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
+    if MASKED:
+        x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale
     acc_up += _group_dot(up_words, xp, x_mask, PLANE, LAYOUT) * up_scale
     return acc_gate, acc_up
@@ -1415,6 +1483,7 @@ def _fp16_down_kernel(
     logits_stride=0,
     E: tl.constexpr = 1,  # experts (ROUTE)
     E_P2: tl.constexpr = 1,
+    WHOLE_STEPS: tl.constexpr = 0,  # as in _fp16_gate_up_kernel (with AHEAD 2)
 ):
     G: tl.constexpr = INTER // 32
     pid_n = tl.program_id(0)
@@ -1474,8 +1543,12 @@ def _fp16_down_kernel(
         if not EARLY:
             first = _down_loads(w_ptrs, s_ptrs, g_lo, g_lo, g_hi, row_slot_ok, kw, step,
                                 scale_step)  # fmt: skip
-        acc = _down_ahead(acc, first, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok, kw,
-                          step, scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT)  # fmt: skip
+        if WHOLE_STEPS:
+            acc = _down_whole_steps(acc, first, w_ptrs, s_ptrs, x_ptrs, kw, step, scale_step, G,
+                                    INTER // 8, GROUPS_PER_STEP, LAYOUT, WHOLE_STEPS)  # fmt: skip
+        else:
+            acc = _down_ahead(acc, first, w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, row_slot_ok, slot_ok,
+                              kw, step, scale_step, INTER // 8, GROUPS_PER_STEP, LAYOUT)  # fmt: skip
     elif NUM_STAGES == 0:  # register double buffer, as in _fp16_gate_up_kernel
         w_mask = row_slot_ok[:, :, None] & (g_lo * 4 + kw < g_hi * 4)[None, None, :]
         next_words = tl.load(w_ptrs, mask=w_mask)
@@ -1547,6 +1620,39 @@ def _down_ahead(
         n0, n1, n2, n3 = _down_x(x_ptrs, g0 + GB, g_lo, g_hi, slot_ok, kw, PLANE)
         acc += _planes_dot(step_words, p0, p1, p2, p3, LAYOUT) * scale
         p0, p1, p2, p3 = n0, n1, n2, n3
+    return acc
+
+
+@triton.jit
+def _down_whole_steps(
+    acc, first, w_ptrs, s_ptrs, x_ptrs, kw, step, scale_step, G: tl.constexpr,
+    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr, UNROLL: tl.constexpr,
+):  # fmt: skip
+    """`_down_ahead` over a whole row (SPLIT_K 1) of real rows and slots (WHOLE_STEPS): the same
+    products in the same order, the whole steps' loads unmasked, only the last, partial step's
+    masked."""
+    tile: tl.constexpr = (w_ptrs.shape[0], w_ptrs.shape[1], GB, 4)
+    G_FULL: tl.constexpr = G // GB * GB
+    words, raw_scales = first
+    p0, p1, p2, p3 = _x_planes(x_ptrs, None, PLANE)
+    for g0 in tl.range(0, G_FULL - GB, GB, loop_unroll_factor=UNROLL):
+        step_words, scale = tl.reshape(words, tile), _e8m0_scale(raw_scales)
+        words = tl.load(w_ptrs + (g0 + GB) * 4)
+        raw_scales = tl.load(s_ptrs + (g0 + GB) * scale_step)
+        n0, n1, n2, n3 = _x_planes(x_ptrs + (g0 + GB) * 4, None, PLANE)
+        acc += _planes_dot(step_words, p0, p1, p2, p3, LAYOUT) * scale
+        p0, p1, p2, p3 = n0, n1, n2, n3
+    step_words, scale = tl.reshape(words, tile), _e8m0_scale(raw_scales)
+    if G_FULL < G:  # the partial step's loads, before the last whole step's products
+        real = tl.full(w_ptrs.shape[:2], 1, tl.int1)
+        words, raw_scales = _down_loads(w_ptrs, s_ptrs, G_FULL, 0, G, real, kw, step, scale_step)
+        n0, n1, n2, n3 = _x_planes(x_ptrs + G_FULL * 4, (G_FULL * 4 + kw < G * 4)[None, None, :],
+                                   PLANE)  # fmt: skip
+    acc += _planes_dot(step_words, p0, p1, p2, p3, LAYOUT) * scale
+    if G_FULL < G:
+        acc += _planes_dot(tl.reshape(words, tile), n0, n1, n2, n3, LAYOUT) * _e8m0_scale(
+            raw_scales
+        )
     return acc
 
 
@@ -1673,6 +1779,18 @@ def _logits_args(router_logits: torch.Tensor, top_k: int) -> dict:
                 K_P2=triton.next_power_of_2(top_k))  # fmt: skip
 
 
+def _whole_steps(config: dict[str, int], real_rows: bool, groups: int) -> int:
+    """config's WHOLE_STEPS where the GEMV can take it (its register double buffer over a whole
+    row of real rows, with at least one whole step), else 0."""
+    usable = (
+        real_rows
+        and config["SPLIT_K"] == 1
+        and config.get("NUM_STAGES", 0) == 0
+        and groups >= config["GROUPS_PER_STEP"]
+    )
+    return config.get("WHOLE_STEPS", 0) if usable else 0
+
+
 # Epilogue kernels (split-K sums) take this many elements per program.
 _SPLIT_EPILOGUE_BLOCK = 1024
 
@@ -1710,6 +1828,8 @@ def _fp16_gate_up(
         early = _logits_args(router_logits, top_k)
     else:
         config = config | {"EARLY": 0}
+    whole = inter % config["BLOCK_PAIRS"] == 0 and not config.get("SCALES_T", 0)
+    config = config | {"WHOLE_STEPS": _whole_steps(config, whole, x_h.shape[1] // MXFP4_GROUP)}
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     part = None
     if split_k > 1:
@@ -1774,6 +1894,9 @@ def _fp16_down(
     if router_logits is not None:
         route = dict(_logits_args(router_logits, top_k), ROUTE=1)
         ids = route_w = act  # placeholders, never read
+    k_p2 = triton.next_power_of_2(top_k)
+    whole = hidden % config["BLOCK_ROWS"] == 0 and k_p2 == top_k and config.get("AHEAD", 0) == 2
+    config = config | {"WHOLE_STEPS": _whole_steps(config, whole, inter // MXFP4_GROUP)}
     target = out
     if split_k > 1:
         target = torch.empty(split_k, num_tokens, hidden, dtype=torch.float32, device=out.device)
@@ -1792,7 +1915,7 @@ def _fp16_down(
         ACT_EXP=act_exp,
         LAYOUT=layout_code(experts),
         **config,
-        **(route or {"K_P2": triton.next_power_of_2(top_k)}),
+        **(route or {"K_P2": k_p2}),
         **pdl.launch_options(out.device),
     )
     if split_k > 1:

@@ -84,6 +84,25 @@ def test_moe_from_logits_gives_the_routed_paths_bits(moe, monkeypatch, tokens, l
     assert torch.equal(ours, routed)
 
 
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_moe_from_logits_whole_steps_give_the_same_bits(moe, monkeypatch, tokens):
+    """The GEMVs that route themselves with WHOLE_STEPS (whole steps of 2 groups unmasked, the
+    last of hidden 96's 3 groups and intermediate 64's 2 masked or absent): the routed path's
+    bits without it."""
+    experts = _fp16_lanes(_experts(EXPERTS, HIDDEN, INTER, seed=80 + tokens))
+    gate_up = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 2, "SPLIT_K": 1, "num_warps": 4}
+    down = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 2, "SPLIT_K": 1, "num_warps": 4, "AHEAD": 2}
+    x, residual, norm_weight, router_weight, router_bias = _problem(tokens, seed=90 + tokens)
+    normed, _ = TorchOps().rms_norm(x, norm_weight, EPS, residual)
+    logits = F.linear(normed, router_weight, router_bias)
+    _, _, x_h, x_unscale = moe.route_fp16(logits, TOP_K, normed)
+    args = (experts, TOP_K, LIMIT, ALPHA)
+    routed = moe.moe_mxfp4_decode_fp16(normed, logits, *args, gate_up, down)
+    monkeypatch.setattr(moe, "DECODE_FP16_GATE_UP", gate_up | {"WHOLE_STEPS": 2})
+    monkeypatch.setattr(moe, "DECODE_FP16_DOWN", down | {"WHOLE_STEPS": 2})
+    assert torch.equal(moe.moe_from_logits(normed, x_h, x_unscale, logits, *args), routed)
+
+
 @pytest.fixture
 def interpreted_ops(monkeypatch: pytest.MonkeyPatch):
     return interpreted_triton_ops(monkeypatch)
