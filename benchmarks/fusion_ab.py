@@ -139,7 +139,7 @@ VARIANTS = {
     **{
         f"whole_{n}": {"gate_up": {"WHOLE_STEPS": n}, "down_extra": {"WHOLE_STEPS": n}}
         for n in (1, 2, 4)
-    },  # fmt: skip
+    },
     "whole_gu4_dn2": {"gate_up": {"WHOLE_STEPS": 4}, "down_extra": {"WHOLE_STEPS": 2}},
     "ko_norms": {"knockout": "norms"},
     "ko_qkv": {"knockout": "qkv"},
