@@ -20,7 +20,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                packed_<rows>x<cols>w<warps>p<programs an SM> the same on wider tiles (both)
   whole_1 / whole_2 / whole_4 / whole_gu4_dn2  the batch-1 MoE GEMVs' whole steps loaded without
                predicates, only the partial last step masked, the loop unrolled n times
-               (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS; gu4_dn2: gate_up 4, down 2)
+               (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS; gu4_dn2: gate_up 4, down 2);
+               whole_2_scales_t / whole_4_scales_t with gate_up's SCALES_T
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
                (DECODE_FP16_GATE_UP's EARLY)
@@ -141,6 +142,15 @@ VARIANTS = {
         for n in (1, 2, 4)
     },
     "whole_gu4_dn2": {"gate_up": {"WHOLE_STEPS": 4}, "down_extra": {"WHOLE_STEPS": 2}},
+    # the same with gate_up's scales through transposed pointers (SCALES_T: no accumulator trip
+    # through shared memory and no barrier a step; offline 1,743 instructions at n 4, 64 registers)
+    **{
+        f"whole_{n}_scales_t": {
+            "gate_up": {"WHOLE_STEPS": n, "SCALES_T": 1},
+            "down_extra": {"WHOLE_STEPS": n},
+        }
+        for n in (2, 4)
+    },
     "ko_norms": {"knockout": "norms"},
     "ko_qkv": {"knockout": "qkv"},
     "ko_attention": {"knockout": "attention"},

@@ -112,7 +112,9 @@ DECODE_FP16 = True
 # 20b) is masked; n unrolls the whole steps' loop. Offline (sm_90, triton 3.6, 120b shapes,
 # instructions a program's thread runs, session 37): gate_up 2,186 -> 1,954 (n 1; 70 registers
 # against 78) / 1,906 (2; 88) / 1,791 (4, the loop gone; 90); down 1,424 -> 1,322 (1; 126
-# against 76) / 1,117 (2; 78) / 1,063 (4; 68). Off until timed in the graph (fusion_ab.py whole_*).
+# against 76) / 1,117 (2; 78) / 1,063 (4; 68); gate_up with SCALES_T 2,177 -> 1,743 at n 4 (64
+# registers, one barrier a program instead of one a step). Off until timed in the graph
+# (fusion_ab.py whole_*; `sass_counts.py --whole-steps` prints these).
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4,
                        "WHOLE_STEPS": 0}  # fmt: skip
 # Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
@@ -1281,7 +1283,8 @@ def _fp16_gate_up_kernel(
             next_up = tl.load(gate_w_ptrs + UP_WORDS)
         acc_gate, acc_up = _gate_up_whole_steps(
             acc_gate, acc_up, next_gate, next_up, gate_w_ptrs, gate_s_ptrs, x_ptrs, j_ok, kw, step,
-            scale_step, G, UP_WORDS, UP_SCALES, H // 8, GROUPS_PER_STEP, LAYOUT, WHOLE_STEPS,
+            scale_step, G, UP_WORDS, UP_SCALES, H // 8, GROUPS_PER_STEP, LAYOUT, SCALES_T,
+            WHOLE_STEPS,
         )  # fmt: skip
     elif NUM_STAGES == 0:
         # Register double buffer: the weights of step g+1 are loaded before step g is computed.
@@ -1330,7 +1333,8 @@ def _fp16_gate_up_kernel(
 def _gate_up_whole_steps(
     acc_gate, acc_up, next_gate, next_up, gate_w_ptrs, gate_s_ptrs, x_ptrs, j_ok, kw, step,
     scale_step, G: tl.constexpr, UP_WORDS: tl.constexpr, UP_SCALES: tl.constexpr,
-    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr, UNROLL: tl.constexpr,
+    PLANE: tl.constexpr, GB: tl.constexpr, LAYOUT: tl.constexpr, SCALES_T: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):  # fmt: skip
     """gate_up's register double buffer over a whole row (SPLIT_K 1) of real rows (WHOLE_STEPS),
     its whole steps' loads unmasked, only the last, partial step's masked. next_gate / next_up:
@@ -1343,7 +1347,7 @@ def _gate_up_whole_steps(
         next_up = tl.load(gate_w_ptrs + UP_WORDS + (g0 + GB) * 4)
         acc_gate, acc_up = _gate_up_step(
             acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, 0, G, j_ok, kw, step,
-            scale_step, UP_SCALES, PLANE, LAYOUT, False, False,
+            scale_step, UP_SCALES, PLANE, LAYOUT, SCALES_T, False,
         )  # fmt: skip
     gate_words, up_words = tl.reshape(next_gate, tile), tl.reshape(next_up, tile)
     if G_FULL < G:  # the partial step's words, before the last whole step's products
@@ -1352,13 +1356,13 @@ def _gate_up_whole_steps(
         next_up = tl.load(gate_w_ptrs + UP_WORDS + G_FULL * 4, mask=w_mask)
     acc_gate, acc_up = _gate_up_step(
         acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, G_FULL - GB, 0, G, j_ok, kw,
-        step, scale_step, UP_SCALES, PLANE, LAYOUT, False, False,
+        step, scale_step, UP_SCALES, PLANE, LAYOUT, SCALES_T, False,
     )  # fmt: skip
     if G_FULL < G:
         acc_gate, acc_up = _gate_up_step(
             acc_gate, acc_up, tl.reshape(next_gate, tile), tl.reshape(next_up, tile),
             gate_s_ptrs, x_ptrs, G_FULL, 0, G, j_ok, kw, step, scale_step, UP_SCALES, PLANE,
-            LAYOUT, False,
+            LAYOUT, SCALES_T,
         )  # fmt: skip
     return acc_gate, acc_up
 
@@ -1393,25 +1397,35 @@ def _gate_up_step(
     UP_SCALES: from a gate row's scales to its up row's.
     SCALES_T: the scales loaded through transposed pointers, see DECODE_FP16_GATE_UP.
     MASKED False: a whole step of real rows (WHOLE_STEPS), its loads without predicates."""
-    s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
+    s_mask = None
+    if MASKED:
+        s_mask = j_ok[:, None] & (g0 + step < g_hi)[None, :]
     s_ptrs = gate_s_ptrs + (g0 - g_lo) * scale_step
-    x_mask = None
-    if not MASKED:
-        gate_scale = _e8m0_scale(tl.load(s_ptrs))
-        up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES))
-    elif SCALES_T:
-        s_ptrs_t, s_mask_t = tl.trans(s_ptrs), tl.trans(s_mask)
-        gate_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t, mask=s_mask_t)))
-        up_scale = _e8m0_scale(tl.trans(tl.load(s_ptrs_t + UP_SCALES, mask=s_mask_t)))
-    else:
-        gate_scale = _e8m0_scale(tl.load(s_ptrs, mask=s_mask))
-        up_scale = _e8m0_scale(tl.load(s_ptrs + UP_SCALES, mask=s_mask))
+    gate_scale = _step_scales(s_ptrs, s_mask, SCALES_T)
+    up_scale = _step_scales(s_ptrs + UP_SCALES, s_mask, SCALES_T)
     xp = x_ptrs + (g0 - g_lo) * 4
+    x_mask = None
     if MASKED:
         x_mask = (g0 * 4 + kw < g_hi * 4)[None, :]
     acc_gate += _group_dot(gate_words, xp, x_mask, PLANE, LAYOUT) * gate_scale
     acc_up += _group_dot(up_words, xp, x_mask, PLANE, LAYOUT) * up_scale
     return acc_gate, acc_up
+
+
+@triton.jit
+def _step_scales(s_ptrs, s_mask, TRANSPOSED: tl.constexpr):
+    """The e8m0 scales at s_ptrs as fp32, masked unless s_mask is None; TRANSPOSED: loaded
+    through transposed pointers (gate_up's SCALES_T)."""
+    if TRANSPOSED:
+        if s_mask is None:
+            raw = tl.trans(tl.load(tl.trans(s_ptrs)))
+        else:
+            raw = tl.trans(tl.load(tl.trans(s_ptrs), mask=tl.trans(s_mask)))
+    elif s_mask is None:
+        raw = tl.load(s_ptrs)
+    else:
+        raw = tl.load(s_ptrs, mask=s_mask)
+    return _e8m0_scale(raw)
 
 
 @triton.jit
@@ -1828,7 +1842,7 @@ def _fp16_gate_up(
         early = _logits_args(router_logits, top_k)
     else:
         config = config | {"EARLY": 0}
-    whole = inter % config["BLOCK_PAIRS"] == 0 and not config.get("SCALES_T", 0)
+    whole = inter % config["BLOCK_PAIRS"] == 0
     config = config | {"WHOLE_STEPS": _whole_steps(config, whole, x_h.shape[1] // MXFP4_GROUP)}
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     part = None

@@ -242,20 +242,21 @@ def test_fp16_gate_up_scales_through_transposed_pointers(moe, tokens, split, sta
 
 
 @pytest.mark.parametrize(
-    "hidden,inter,tokens,unroll,early",
-    [(160, 96, 1, 1, 0), (160, 96, 3, 2, 1), (160, 96, 2, 4, 0), (128, 64, 1, 1, 1),
-     (128, 64, 3, 3, 0)],
+    "hidden,inter,tokens,unroll,early,scales_t",
+    [(160, 96, 1, 1, 0, 0), (160, 96, 3, 2, 1, 1), (160, 96, 2, 4, 0, 0), (128, 64, 1, 1, 1, 1),
+     (128, 64, 3, 3, 0, 0), (160, 96, 2, 4, 0, 1)],
 )  # fmt: skip
-def test_fp16_whole_steps_give_the_same_bits(moe, hidden, inter, tokens, unroll, early):
+def test_fp16_whole_steps_give_the_same_bits(moe, hidden, inter, tokens, unroll, early, scales_t):
     """WHOLE_STEPS (whole steps loaded unmasked, the loop unrolled): the same products in the same
     order as the masked loop, so the same bits, with a partial last step (hidden 160: 5 groups in
     steps of 2; intermediate 96: 3) and without one (128 / 64), the first step loaded before the
-    PDL wait or after it, and unroll factors that do and do not divide the whole steps."""
+    PDL wait or after it, unroll factors that do and do not divide the whole steps, and gate_up's
+    scales through transposed pointers (SCALES_T) or not."""
     experts = _fp16_lanes(_experts(8, hidden, inter, seed=61))
     x, logits = _inputs(tokens, hidden, 8, seed=62 + tokens)
     config = {name: dict(c) for name, c in TINY_FP16.items()}
     config["down_config"] |= {"AHEAD": 2, "EARLY": early}
-    config["gate_up_config"]["EARLY"] = early
+    config["gate_up_config"] |= {"EARLY": early, "SCALES_T": scales_t}
     out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
     for name in config:
         config[name]["WHOLE_STEPS"] = unroll
@@ -277,7 +278,7 @@ def test_fp16_whole_steps_give_the_same_bits(moe, hidden, inter, tokens, unroll,
 def test_fp16_whole_steps_only_where_the_loads_stay_in_bounds(moe, gate_up, down, rows, groups):
     """`_whole_steps` passes WHOLE_STEPS on only for unsplit register-buffer loops over rows that
     all exist, with at least one whole step; the launchers also decline for down without AHEAD 2
-    or with padded top-k slots, and for gate_up with SCALES_T (checked with outputs below)."""
+    or with padded top-k slots (checked with outputs below)."""
     for base, changes in ((TINY_FP16["gate_up_config"], gate_up),
                           (TINY_FP16["down_config"], down)):  # fmt: skip
         config = base | {"WHOLE_STEPS": 2} | changes
@@ -287,12 +288,11 @@ def test_fp16_whole_steps_only_where_the_loads_stay_in_bounds(moe, gate_up, down
 
 @pytest.mark.parametrize(
     "gate_up,down,top_k",
-    [({"SCALES_T": 1}, {"AHEAD": 2}, 4), ({}, {"AHEAD": 0}, 4), ({}, {"AHEAD": 2}, 3),
-     ({"SPLIT_K": 2}, {"AHEAD": 2, "SPLIT_K": 2}, 4)],
+    [({}, {"AHEAD": 0}, 4), ({}, {"AHEAD": 2}, 3), ({"SPLIT_K": 2}, {"AHEAD": 2, "SPLIT_K": 2}, 4)],
 )  # fmt: skip
 def test_fp16_whole_steps_declined_still_right(moe, gate_up, down, top_k):
-    """Where a GEMV cannot take WHOLE_STEPS (transposed scales, down without AHEAD 2, top-3 in
-    four padded slots, split K) asking for it changes nothing: the same bits as without."""
+    """Where a GEMV cannot take WHOLE_STEPS (down without AHEAD 2, top-3 in four padded slots,
+    split K) asking for it changes nothing: the same bits as without."""
     experts = _fp16_lanes(_experts(8, 160, 96, seed=63))
     x, logits = _inputs(2, 160, 8, seed=64)
     config = {
@@ -1240,22 +1240,26 @@ def test_gpu_120b_fp16_gate_up_scales_t(experts_120b, tokens):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 4])
 def test_gpu_120b_fp16_whole_steps(experts_120b, tokens):
-    """WHOLE_STEPS 1, 2 and 4 (whole steps unmasked and unrolled) in both GEMVs on 120b shapes:
-    the default configs' bits (the same products in the same order)."""
+    """WHOLE_STEPS 1, 2 and 4 (whole steps unmasked and unrolled) in both GEMVs on 120b shapes,
+    gate_up's scales through transposed pointers or not: the bits of the same configs without it
+    (the same products in the same order)."""
     from gossamer.kernels import moe_mxfp4
 
     x, logits = _inputs_120b(tokens, seed=409 + tokens)
     experts = _fp16_lanes(experts_120b)
     args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
-    out = moe_mxfp4.moe_mxfp4_decode_fp16(*args)
-    for unroll in (1, 2, 4):
-        whole = moe_mxfp4.moe_mxfp4_decode_fp16(
-            *args,
-            gate_up_config=moe_mxfp4.DECODE_FP16_GATE_UP | {"WHOLE_STEPS": unroll},
-            down_config=moe_mxfp4.DECODE_FP16_DOWN | {"WHOLE_STEPS": unroll},
-        )
-        assert torch.equal(whole, out), unroll
-    _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+    ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    for scales_t in (0, 1):
+        gate_up = moe_mxfp4.DECODE_FP16_GATE_UP | {"SCALES_T": scales_t}
+        out = moe_mxfp4.moe_mxfp4_decode_fp16(*args, gate_up_config=gate_up)
+        for unroll in (1, 2, 4):
+            whole = moe_mxfp4.moe_mxfp4_decode_fp16(
+                *args,
+                gate_up_config=gate_up | {"WHOLE_STEPS": unroll},
+                down_config=moe_mxfp4.DECODE_FP16_DOWN | {"WHOLE_STEPS": unroll},
+            )
+            assert torch.equal(whole, out), (scales_t, unroll)
+        _assert_close_120b(out, ref)
 
 
 @pytest.mark.parametrize("tokens,split,stages", [(1, 1, 0), (3, 1, 0), (3, 2, 0), (2, 1, 3)])
