@@ -9,7 +9,7 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/s37c1; . benchmarks/runs/step.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
-TAILN=6 step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py -k "whole_steps or fp16_down_loads or gate_up_routes_early" -rfE
+TAILN=6 step gpu_tests 100 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py -k "whole_steps or fp16_down_loads or gate_up_routes_early" -rfE
 AB="benchmarks/fusion_ab.py --interleave --fed --rounds 3 --steps 32"
-TAILN=10 step ab_120b 300 python3 $AB --models gpt-oss-120b --variants defaults,whole_1,whole_4,whole_4_scales_t,gate_up_scales_t --json $R/ab_120b.json
-TAILN=10 step ab_20b 160 python3 $AB --models gpt-oss-20b --variants defaults,whole_4,whole_4_scales_t --json $R/ab_20b.json
+TAILN=10 step ab_120b 320 python3 $AB --models gpt-oss-120b --variants defaults,whole_1,whole_4,whole_4_scales_t --json $R/ab_120b.json
+TAILN=10 step ab_20b 150 python3 $AB --models gpt-oss-20b --variants defaults,whole_4,whole_4_scales_t --json $R/ab_20b.json
