@@ -334,10 +334,12 @@ def knock_out(model, part: str | None) -> None:
 
         ops.linear = linear
         # the unembedding comes through ops.logits (linear, then float32)
-        ops.logits = lambda hidden, weight: (
+        # NOTE: with the greedy pick in the graph (greedy_out / advance given) the unembedding
+        # stays: the next step's input comes from it, so ko_unembed times the defaults there
+        ops.logits = lambda hidden, weight, *pick: (
             linear(hidden, weight, None).float()
-            if weight.shape == (wanted, cfg.hidden_size)
-            else real["logits"](hidden, weight)
+            if weight.shape == (wanted, cfg.hidden_size) and not any(a is not None for a in pick)
+            else real["logits"](hidden, weight, *pick)
         )
     elif part == "norms":
         ops.rms_norm = lambda x, weight, eps, residual=None: (

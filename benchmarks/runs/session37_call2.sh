@@ -11,5 +11,5 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
 fi
 R=/tmp/s37c2; . benchmarks/runs/step.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
-KO=defaults,ko_norms,ko_attention,ko_router,ko_experts,ko_down,ko_qkv,ko_o,ko_unembed
+KO=defaults,ko_norms,ko_attention,ko_router,ko_experts,ko_down,ko_qkv,ko_o
 TAILN=14 step ko_120b 420 python3 benchmarks/fusion_ab.py --models gpt-oss-120b --variants $KO --interleave --fed --rounds 2 --steps 32 --json $R/ko_120b.json
