@@ -21,7 +21,10 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
   whole_1 / whole_2 / whole_4 / whole_gu4_dn2  the batch-1 MoE GEMVs' whole steps loaded without
                predicates, only the partial last step masked, the loop unrolled n times
                (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS; gu4_dn2: gate_up 4, down 2);
-               whole_2_scales_t / whole_4_scales_t with gate_up's SCALES_T
+               whole_2_scales_t / whole_4_scales_t with gate_up's SCALES_T (whole_2_scales_t:
+               the defaults since the thirty-seventh session); masked_steps both GEMVs on the
+               masked loop, gate_up without SCALES_T (the defaults before). None of these
+               reach the GEMVs that route themselves (20b): moe_mxfp4.ROUTING_GEMV_CHANGES
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
                (DECODE_FP16_GATE_UP's EARLY)
@@ -75,7 +78,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                default before 2026-12-04's fifteenth session; moe_mxfp4.ROUTE_IN_EXPERTS off).
                The knock-outs always run with it (they patch the ops that path calls)
   gate_up_scales_t  the batch-1 gate_up GEMV loading its scales through transposed pointers
-               (DECODE_FP16_GATE_UP's SCALES_T: no accumulator trip through shared memory a step)
+               (DECODE_FP16_GATE_UP's SCALES_T: no accumulator trip through shared memory a step;
+               on by default, with WHOLE_STEPS, since the thirty-seventh session)
   gu_* / dn_*  the batch-1 gate_up / down GEMV on another launch config (GATE_UP_VARIANTS,
                DOWN_VARIANTS: pairs or rows a program, warps, groups a step, pipeline stages)
   norm_w<N>    the RMSNorm kernel on N warps (norm.NUM_WARPS; by default 8 for hidden 2880)
@@ -132,16 +136,20 @@ VARIANTS = {
     "gate_up_early": {"gate_up": {"EARLY": 1}},
     "gate_up_late": {"gate_up": {"EARLY": 0}},
     # the scales through transposed pointers: no per-step trip of the accumulators through
-    # shared memory (DECODE_FP16_GATE_UP's SCALES_T, session 18, off until measured)
+    # shared memory (DECODE_FP16_GATE_UP's SCALES_T, session 18; default with WHOLE_STEPS since 37)
     "gate_up_scales_t": {"gate_up": {"SCALES_T": 1}},
     # both GEMVs' whole steps loaded without predicates, the loop unrolled 1, 2 or 4 times
-    # (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS, session 37, off until measured); whole_gu4_dn2
-    # gate_up fully unrolled, down twice
+    # (DECODE_FP16_GATE_UP / _DOWN's WHOLE_STEPS, session 37); whole_gu4_dn2 gate_up fully
+    # unrolled, down twice; masked_steps the defaults before session 37
     **{
         f"whole_{n}": {"gate_up": {"WHOLE_STEPS": n}, "down_extra": {"WHOLE_STEPS": n}}
         for n in (1, 2, 4)
     },
     "whole_gu4_dn2": {"gate_up": {"WHOLE_STEPS": 4}, "down_extra": {"WHOLE_STEPS": 2}},
+    "masked_steps": {
+        "gate_up": {"WHOLE_STEPS": 0, "SCALES_T": 0},
+        "down_extra": {"WHOLE_STEPS": 0},
+    },
     # the same with gate_up's scales through transposed pointers (SCALES_T: no accumulator trip
     # through shared memory and no barrier a step; offline 1,743 instructions at n 4, 64 registers)
     **{

@@ -104,19 +104,23 @@ DECODE_FP16 = True
 # scales' load layout is not the group sums', and the accumulators followed the scales: each step
 # moved both accumulators through shared memory (4 stores, 4 loads, 4 barriers a step, for all 4
 # warps). Transposed, the scale load takes the group sums' layout: none of it, 337 -> 328
-# instructions a loop (benchmarks/sass_counts.py prints both). Off until measured in the graph
-# (fusion_ab.py gate_up_scales_t).
+# instructions a loop (benchmarks/sass_counts.py prints both). On with WHOLE_STEPS (below); alone
+# not measured in the graph (fusion_ab.py gate_up_scales_t).
 # WHOLE_STEPS n > 0 (both configs): where a row's programs see only real rows (and down only real
 # slots) and K is not split, the whole steps of 16 groups load without predicates (no zeroed
 # registers a load, no bounds compares) and only the last, partial step (10 groups on 120b and
 # 20b) is masked; n unrolls the whole steps' loop. Offline (sm_90, triton 3.6, 120b shapes,
 # instructions a program's thread runs, session 37): gate_up 2,186 -> 1,954 (n 1; 70 registers
 # against 78) / 1,906 (2; 88) / 1,791 (4, the loop gone; 90); down 1,424 -> 1,322 (1; 126
-# against 76) / 1,117 (2; 78) / 1,063 (4; 68); gate_up with SCALES_T 2,177 -> 1,743 at n 4 (64
-# registers, one barrier a program instead of one a step). Off until timed in the graph
-# (fusion_ab.py whole_*; `sass_counts.py --whole-steps` prints these).
+# against 76) / 1,117 (2; 78) / 1,063 (4; 68); gate_up with SCALES_T 2,177 -> 1,809 at n 2 (76
+# registers) and 1,743 at n 4 (64), one barrier a program instead of one a step
+# (`sass_counts.py --whole-steps`). In the graph (H100, fusion_ab.py, fed batch 1, session 37):
+# 120b 2.447 -> 2.413 ms a step with n 2 and SCALES_T (5 of 5 rounds; n 4 with SCALES_T 2.436,
+# n 4 without 2.563, n 1 2.487), but 20b, whose GEMVs route themselves, 1.737 -> 1.777 (n 4 with
+# SCALES_T 1.739): on where the routing kernel runs (ROUTING_GEMV_CHANGES keeps the routing
+# GEMVs on the masked loop). Not yet timed on an H200.
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4,
-                       "WHOLE_STEPS": 0}  # fmt: skip
+                       "WHOLE_STEPS": 2, "SCALES_T": 1}  # fmt: skip
 # Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
 # (sessions 7 and 8, moe_decode_sweep.py --ahead, T=1 layer on 120b shapes). Session 8, us per
 # layer by gate_up/down AHEAD (1: scales a step early, 2: activation words too): 0/0 26.5,
@@ -126,7 +130,9 @@ DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "
 # EARLY 1: the first step's words and scales are loaded before the PDL wait (in the graph, H200,
 # 2026-12-04, fusion_ab.py: 20b 1.501 -> 1.491 ms a step, 120b 2.115 -> 2.109).
 DECODE_FP16_DOWN = {"BLOCK_ROWS": 1, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 1,
-                    "AHEAD": 2, "EARLY": 1, "WHOLE_STEPS": 0}  # fmt: skip
+                    "AHEAD": 2, "EARLY": 1, "WHOLE_STEPS": 2}  # fmt: skip
+# What the GEMVs that route themselves (moe_from_logits) change in the configs above.
+ROUTING_GEMV_CHANGES = {"WHOLE_STEPS": 0, "SCALES_T": 0}
 GROUPED_GATE_UP = {"BLOCK_PAIRS": 64, "GROUPS_PER_STEP": 4, "num_warps": 4}
 GROUPED_DOWN = {"BLOCK_COLS": 128, "GROUPS_PER_STEP": 4, "num_warps": 4}
 # Grouped kernels keep the accumulator transposed (weights as the tensor cores' M operand) up to
@@ -1837,7 +1843,7 @@ def _fp16_gate_up(
     early = {}
     if route:  # EARLY would read the logits before the router GEMV (the launch before) ended
         early = dict(_logits_args(router_logits, top_k), ROUTE=1)
-        config = config | {"EARLY": 0}
+        config = config | {"EARLY": 0} | ROUTING_GEMV_CHANGES
     elif config.get("EARLY", 0) and router_logits is not None:
         early = _logits_args(router_logits, top_k)
     else:
@@ -1908,6 +1914,7 @@ def _fp16_down(
     if router_logits is not None:
         route = dict(_logits_args(router_logits, top_k), ROUTE=1)
         ids = route_w = act  # placeholders, never read
+        config = config | {k: v for k, v in ROUTING_GEMV_CHANGES.items() if k in config}
     k_p2 = triton.next_power_of_2(top_k)
     whole = hidden % config["BLOCK_ROWS"] == 0 and k_p2 == top_k and config.get("AHEAD", 0) == 2
     config = config | {"WHOLE_STEPS": _whole_steps(config, whole, inter // MXFP4_GROUP)}

@@ -1249,14 +1249,15 @@ def test_gpu_120b_fp16_whole_steps(experts_120b, tokens):
     experts = _fp16_lanes(experts_120b)
     args = (x, logits, experts, TOP_K_120B, LIMIT, ALPHA)
     ref = _reference(x, logits, experts_120b, TOP_K_120B)
+    down = moe_mxfp4.DECODE_FP16_DOWN | {"WHOLE_STEPS": 0}
     for scales_t in (0, 1):
-        gate_up = moe_mxfp4.DECODE_FP16_GATE_UP | {"SCALES_T": scales_t}
-        out = moe_mxfp4.moe_mxfp4_decode_fp16(*args, gate_up_config=gate_up)
+        gate_up = moe_mxfp4.DECODE_FP16_GATE_UP | {"SCALES_T": scales_t, "WHOLE_STEPS": 0}
+        out = moe_mxfp4.moe_mxfp4_decode_fp16(*args, gate_up_config=gate_up, down_config=down)
         for unroll in (1, 2, 4):
             whole = moe_mxfp4.moe_mxfp4_decode_fp16(
                 *args,
                 gate_up_config=gate_up | {"WHOLE_STEPS": unroll},
-                down_config=moe_mxfp4.DECODE_FP16_DOWN | {"WHOLE_STEPS": unroll},
+                down_config=down | {"WHOLE_STEPS": unroll},
             )
             assert torch.equal(whole, out), (scales_t, unroll)
         _assert_close_120b(out, ref)

@@ -100,7 +100,45 @@ def test_moe_from_logits_whole_steps_give_the_same_bits(moe, monkeypatch, tokens
     routed = moe.moe_mxfp4_decode_fp16(normed, logits, *args, gate_up, down)
     monkeypatch.setattr(moe, "DECODE_FP16_GATE_UP", gate_up | {"WHOLE_STEPS": 2})
     monkeypatch.setattr(moe, "DECODE_FP16_DOWN", down | {"WHOLE_STEPS": 2})
+    monkeypatch.setattr(moe, "ROUTING_GEMV_CHANGES", {})  # by default they keep the masked loop
     assert torch.equal(moe.moe_from_logits(normed, x_h, x_unscale, logits, *args), routed)
+
+
+def test_routing_gemvs_keep_the_masked_loop(moe, monkeypatch):
+    """The GEMVs that route themselves launch with ROUTING_GEMV_CHANGES over the configs (no whole
+    steps, no transposed scales: slower there on the H100), the ones after the routing kernel
+    with the configs as they are."""
+    launched = []
+
+    class Recording:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((kwargs.get("ROUTE", 0), kwargs["WHOLE_STEPS"],
+                                 kwargs.get("SCALES_T", "-")))  # fmt: skip
+                return self.kernel[grid](*args, **kwargs)
+
+            return launch
+
+    for name in ("_fp16_gate_up_kernel", "_fp16_down_kernel"):
+        monkeypatch.setattr(moe, name, Recording(getattr(moe, name)))
+    gate_up = {"BLOCK_PAIRS": 32, "GROUPS_PER_STEP": 2, "SPLIT_K": 1, "num_warps": 4,
+               "WHOLE_STEPS": 2, "SCALES_T": 1}  # fmt: skip
+    down = {"BLOCK_ROWS": 32, "GROUPS_PER_STEP": 2, "SPLIT_K": 1, "num_warps": 4, "AHEAD": 2,
+            "WHOLE_STEPS": 2}  # fmt: skip
+    monkeypatch.setattr(moe, "DECODE_FP16_GATE_UP", gate_up)
+    monkeypatch.setattr(moe, "DECODE_FP16_DOWN", down)
+    experts = _fp16_lanes(_experts(EXPERTS, HIDDEN, INTER, seed=85))
+    x, residual, norm_weight, router_weight, router_bias = _problem(1, seed=86)
+    normed, _ = TorchOps().rms_norm(x, norm_weight, EPS, residual)
+    logits = F.linear(normed, router_weight, router_bias)
+    _, _, x_h, x_unscale = moe.route_fp16(logits, TOP_K, normed)
+    args = (experts, TOP_K, LIMIT, ALPHA)
+    moe.moe_from_logits(normed, x_h, x_unscale, logits, *args)
+    moe.moe_mxfp4_decode_fp16(normed, logits, *args)
+    assert launched == [(1, 0, 0), (1, 0, "-"), (0, 2, 1), (0, 2, "-")]
 
 
 @pytest.fixture
