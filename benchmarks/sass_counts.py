@@ -267,12 +267,12 @@ def main() -> None:
     if args.whole_steps:
         whole_steps()
         return
-    report("fp16 gate_up (default config)", *fp16_gate_up({}))
+    report("fp16 gate_up (default tile, masked loop)", *fp16_gate_up({}))
     # as the GPU runs it: the repacked bit layout, 20b's routing in the GEMV; SCALES_T off / on
     for scales_t in (0, 1):
         report(f"fp16 gate_up (fp16 lanes, routing, SCALES_T {scales_t})",
                *fp16_gate_up({"LAYOUT": moe.LAYOUT_FP16_LANES, "SCALES_T": scales_t, **ROUTED}))  # fmt: skip
-    report("fp16 down (default config)", *fp16_down({}))
+    report("fp16 down (default tile, masked loop)", *fp16_down({}))
     old = moe.DECODE_GATE_UP
     kernel = compile_sm90(moe._decode_gate_up_kernel, OLD_GATE_UP_ARGS,
                           dict(H=H, INTER=INTER, TOP_K=4, PTX=False, BLOCK_PAIRS=old["BLOCK_PAIRS"],
