@@ -24,7 +24,8 @@ Variants (each a fresh ModelRunner with its start-up warm-up and CUDA graph; the
                whole_2_scales_t / whole_4_scales_t with gate_up's SCALES_T (whole_2_scales_t:
                the defaults since the thirty-seventh session); masked_steps both GEMVs on the
                masked loop, gate_up without SCALES_T (the defaults before). None of these
-               reach the GEMVs that route themselves (20b): moe_mxfp4.ROUTING_GEMV_CHANGES
+               reach the GEMVs that route themselves (20b): moe_mxfp4.ROUTING_GEMV_CHANGES;
+               whole_2_scales_t_routing / whole_4_scales_t_routing reach them too
   gate_up_early / gate_up_late  the batch-1 MoE gate_up GEMV with / without its expert found
                from the router logits and its first words loaded before its PDL wait
                (DECODE_FP16_GATE_UP's EARLY)
@@ -156,6 +157,15 @@ VARIANTS = {
         f"whole_{n}_scales_t": {
             "gate_up": {"WHOLE_STEPS": n, "SCALES_T": 1},
             "down_extra": {"WHOLE_STEPS": n},
+        }
+        for n in (2, 4)
+    },
+    # the same reaching the GEMVs that route themselves too (20b; ROUTING_GEMV_CHANGES emptied)
+    **{
+        f"whole_{n}_scales_t_routing": {
+            "gate_up": {"WHOLE_STEPS": n, "SCALES_T": 1},
+            "down_extra": {"WHOLE_STEPS": n},
+            "routing_gemv_changes": {},
         }
         for n in (2, 4)
     },
@@ -391,6 +401,9 @@ def apply(model, variant: dict, defaults: dict) -> None:
     moe_mxfp4.DECODE_FP16_DOWN = (defaults["down"] | {"AHEAD": down_ahead, "EARLY": early}
                                   | variant.get("down_extra", {}))  # fmt: skip
     moe_mxfp4.DECODE_FP16_GATE_UP = defaults["gate_up"] | variant.get("gate_up", {})
+    moe_mxfp4.ROUTING_GEMV_CHANGES = variant.get(
+        "routing_gemv_changes", defaults["routing_gemv_changes"]
+    )
     knock_out(model, variant.get("knockout"))
     gemv.USE_PACKED = variant.get("packed", defaults["packed"])
     gemv.CONFIGS = defaults["gemv"] | variant.get("gemv", {})
@@ -464,7 +477,8 @@ def current_defaults() -> dict:
             "context_graphs": model_runner.CONTEXT_GRAPHS,
             "advance_in_graph": model_runner.ADVANCE_IN_GRAPH,
             "route_in_max_experts": moe_mxfp4.ROUTE_IN_EXPERTS_MAX_EXPERTS,
-            "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0)}  # fmt: skip
+            "down_ahead": moe_mxfp4.DECODE_FP16_DOWN.get("AHEAD", 0),
+            "routing_gemv_changes": moe_mxfp4.ROUTING_GEMV_CHANGES}  # fmt: skip
 
 
 def bench(name: str, args: argparse.Namespace, bandwidth: float) -> list[dict]:
