@@ -96,6 +96,9 @@ def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(ben
         bench.apply(mini, bench.VARIANTS["dn_r2w2"] | bench.VARIANTS["norm_w4"], defaults)
         assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"] | {"BLOCK_ROWS": 2, "num_warps": 2}
         assert norm.NUM_WARPS == 4 and moe_mxfp4.ROUTE_IN_EXPERTS
+        bench.apply(mini, bench.VARIANTS["whole_4_scales_t_routing"], defaults)
+        assert moe_mxfp4.ROUTING_GEMV_CHANGES == {} != defaults["routing_gemv_changes"]
+        assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"] | {"WHOLE_STEPS": 4}
         bench.apply(mini, bench.VARIANTS["dense_pf_all"], defaults)
         assert gemv.USE_PACKED == defaults["packed"] and norm.NUM_WARPS == defaults["norm_warps"]
         assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
@@ -106,6 +109,7 @@ def test_variants_set_the_moe_and_gemv_configs_and_the_defaults_restore_them(ben
         bench.apply(mini, {}, defaults)
     assert moe_mxfp4.DECODE_FP16_GATE_UP == defaults["gate_up"]
     assert moe_mxfp4.DECODE_FP16_DOWN == defaults["down"]
+    assert moe_mxfp4.ROUTING_GEMV_CHANGES == defaults["routing_gemv_changes"]
     assert gemv.CONFIGS == defaults["gemv"] and gemv.CONFIGS["tall_m1"].split_k == 1
 
 
