@@ -123,7 +123,7 @@ class TritonOps:
     ) -> torch.Tensor:
         attend = _kernel("attention", "attention")
         if attend is None:
-            # TODO(issue 8): remove once gossamer/kernels/attention.py is in.
+            # only where the module is missing (tests that load some kernel modules interpreted)
             attend = self._reference.attention
         return attend(q, kv_cache, metadata, group, sinks, scale, sliding_window)
 
@@ -176,7 +176,7 @@ class TritonOps:
         # MXFP4 and dense experts alike (the kernel module picks its GEMV or grouped path)
         fused = _kernel("moe_mxfp4", "moe_mxfp4")
         if fused is None:
-            # TODO(issue 8): remove once gossamer/kernels/moe_mxfp4.py is in.
+            # only where the module is missing (tests that load some kernel modules interpreted)
             fused = self._reference.moe
         return fused(x, router_logits, experts, top_k, swiglu_limit, swiglu_alpha)
 
