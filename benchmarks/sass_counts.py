@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import inspect
+import math
 import os
 import re
 import subprocess
@@ -183,10 +184,10 @@ def _constexprs(config: dict) -> dict:
 ROUTED = {"ROUTE": 1, "E": 32, "E_P2": 32, "K_P2": 4, "PDL": True}
 
 
-def fp16_gate_up(changes: dict) -> tuple[object, float]:
-    """The batch-1 gate_up GEMV at its default config with constexpr `changes` (ROUTED adds the
-    routing's arguments): (compiled, weights a thread handles a loop)."""
-    gu = moe.DECODE_FP16_GATE_UP
+def fp16_gate_up(changes: dict, gu: dict | None = None) -> tuple[object, float]:
+    """The batch-1 gate_up GEMV at its tile `gu` (default: the default config's) with constexpr
+    `changes` (ROUTED adds the routing's arguments): (compiled, weights a thread handles a loop)."""
+    gu = gu or moe.DECODE_FP16_GATE_UP
     signature = GATE_UP_ARGS | (ROUTE_ARGS if changes.get("ROUTE") else {})
     kernel = compile_sm90(moe._fp16_gate_up_kernel, signature,
                           dict(H=H, INTER=INTER, TOP_K=4, ACT_EXP=10, SPLIT_K=gu["SPLIT_K"],
@@ -195,10 +196,10 @@ def fp16_gate_up(changes: dict) -> tuple[object, float]:
     return kernel, gu["BLOCK_PAIRS"] * 2 * gu["GROUPS_PER_STEP"] * 32 / (32 * gu["num_warps"])
 
 
-def fp16_down(changes: dict) -> tuple[object, float]:
-    """The batch-1 down GEMV at its default config with constexpr `changes`: (compiled, weights
-    a thread handles a loop)."""
-    dn = moe.DECODE_FP16_DOWN
+def fp16_down(changes: dict, dn: dict | None = None) -> tuple[object, float]:
+    """The batch-1 down GEMV at its tile `dn` (default: the default config's) with constexpr
+    `changes`: (compiled, weights a thread handles a loop)."""
+    dn = dn or moe.DECODE_FP16_DOWN
     kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
                           dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10, SPLIT_K=dn["SPLIT_K"],
                                BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],
@@ -253,12 +254,60 @@ def whole_steps() -> None:
             )
 
 
+SMS = 132  # H100 SXM and H200 alike
+
+
+def programs_per_sm(registers: int, num_warps: int) -> int:
+    """Programs of `num_warps` warps an SM holds at `registers` a thread (allocated in units of 8
+    a thread), at most 64 warps and 32 programs."""
+    allocated = -(-registers // 8) * 8
+    return min(65536 // (allocated * 32 * num_warps), 64 // num_warps, 32)
+
+
+def tiles() -> None:
+    """The batch-1 GEMVs' tiles that fusion_ab.py times in the graph (its GATE_UP_VARIANTS and
+    DOWN_VARIANTS, and WHOLE_STEPS 4) as the defaults run them (120b, fp16 lanes, PDL, the whole-step
+    loop where `_whole_steps` allows it): registers, programs an SM they allow, the grid at one
+    token (top-4 experts) in waves over 132 SMs, and the instructions a thread runs over its whole
+    row, a weight (the unrolled loop's trips are a constant: G // GROUPS_PER_STEP - 1 whole steps
+    over WHOLE_STEPS; the masked loop's ceil(G / GROUPS_PER_STEP))."""
+    import fusion_ab  # benchmarks/ is on the path when this file runs as a script
+
+    groups = H // 32
+    for kind, base, variants in (
+        ("gate_up", moe.DECODE_FP16_GATE_UP, fusion_ab.GATE_UP_VARIANTS),
+        ("down", moe.DECODE_FP16_DOWN, fusion_ab.DOWN_VARIANTS),
+    ):
+        for name, tile in {"defaults": {}, "whole_4": {"WHOLE_STEPS": 4}, **variants}.items():
+            config = base | tile
+            changes = {"LAYOUT": moe.LAYOUT_FP16_LANES, "PDL": True,
+                       "WHOLE_STEPS": moe._whole_steps(config, True, groups),
+                       "NUM_STAGES": config.get("NUM_STAGES", 0)}  # fmt: skip
+            if kind == "gate_up":
+                changes |= {"SCALES_T": config.get("SCALES_T", 0)}
+                compiled, weights = fp16_gate_up(changes, config)
+                grid = 4 * INTER // config["BLOCK_PAIRS"]
+            else:
+                changes |= {"EARLY": config.get("EARLY", 0)}
+                compiled, weights = fp16_down(changes, config)
+                grid = H // config["BLOCK_ROWS"]
+            unroll, steps = changes["WHOLE_STEPS"], groups / config["GROUPS_PER_STEP"]
+            trips = (int(steps) - 1) // unroll if unroll else math.ceil(steps)
+            run, registers = instructions_run(compiled, trips)
+            per_sm = programs_per_sm(registers, config["num_warps"])
+            print(f"{kind:7s} {name:17s} {registers:4d} registers, {per_sm:2d} programs an SM, "
+                  f"{grid:5d} programs = {grid / (SMS * per_sm):4.2f} waves, WHOLE_STEPS "
+                  f"{unroll}: {run:5d} instructions a thread, {run / (weights * steps):4.2f} a weight")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-grouped", action="store_true", help="only the decode GEMVs")
     parser.add_argument("--layouts", action="store_true", help="only the word layouts compared")
     parser.add_argument("--whole-steps", action="store_true",
                         help="only the batch-1 GEMVs with WHOLE_STEPS 0, 1, 2, 4")  # fmt: skip
+    parser.add_argument("--tiles", action="store_true",
+                        help="only the batch-1 GEMV tiles of fusion_ab.py: registers, waves")  # fmt: skip
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_90, gpt-oss-120b shapes; instructions per thread")
     if args.layouts:
@@ -266,6 +315,9 @@ def main() -> None:
         return
     if args.whole_steps:
         whole_steps()
+        return
+    if args.tiles:
+        tiles()
         return
     report("fp16 gate_up (default tile, masked loop)", *fp16_gate_up({}))
     # as the GPU runs it: the repacked bit layout, 20b's routing in the GEMV; SCALES_T off / on

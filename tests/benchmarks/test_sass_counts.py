@@ -35,3 +35,11 @@ def test_shared_swizzles_lists_each_declared_encoding():
 
 def test_shared_swizzles_of_a_kernel_without_shared_memory():
     assert _sass_counts().shared_swizzles("#blocked = #ttg.blocked<{}>\nmodule {}\n") == []
+
+
+def test_programs_an_sm_by_registers_warps_and_blocks():
+    programs_per_sm = _sass_counts().programs_per_sm
+    assert programs_per_sm(76, 4) == 6  # 80 registers allocated: 65,536 / (80 x 128)
+    assert programs_per_sm(48, 4) == 10
+    assert programs_per_sm(16, 4) == 16  # 64 warps an SM
+    assert programs_per_sm(16, 1) == 32  # 32 programs an SM
