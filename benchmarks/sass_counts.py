@@ -200,10 +200,11 @@ def fp16_down(changes: dict, dn: dict | None = None) -> tuple[object, float]:
     """The batch-1 down GEMV at its tile `dn` (default: the default config's) with constexpr
     `changes`: (compiled, weights a thread handles a loop)."""
     dn = dn or moe.DECODE_FP16_DOWN
-    kernel = compile_sm90(moe._fp16_down_kernel, DOWN_ARGS,
+    signature = DOWN_ARGS | (ROUTE_ARGS if changes.get("ROUTE") else {})
+    kernel = compile_sm90(moe._fp16_down_kernel, signature,
                           dict(H=H, INTER=INTER, TOP_K=4, K_P2=4, ACT_EXP=10, SPLIT_K=dn["SPLIT_K"],
                                BLOCK_ROWS=dn["BLOCK_ROWS"], GROUPS_PER_STEP=dn["GROUPS_PER_STEP"],
-                               AHEAD=dn.get("AHEAD", 0), **changes), dn["num_warps"])  # fmt: skip
+                               AHEAD=dn.get("AHEAD", 0)) | changes, dn["num_warps"])  # fmt: skip
     return kernel, dn["BLOCK_ROWS"] * 4 * dn["GROUPS_PER_STEP"] * 32 / (32 * dn["num_warps"])
 
 
@@ -242,15 +243,25 @@ def _instruction_count(lines: list[str]) -> int:
 def whole_steps() -> None:
     """The batch-1 GEMVs (120b, fp16 lanes, PDL) with WHOLE_STEPS n: whole steps unmasked, the
     loop unrolled n times (moe_mxfp4.DECODE_FP16_GATE_UP's comment). 90 groups in steps of 16:
-    6 trips of the masked loop, 4 whole steps in the unrolled one (n >= 4: no loop left)."""
+    6 trips of the masked loop, 4 whole steps in the unrolled one (n >= 4: no loop left). Also
+    gate_up with SCALES_T, and the GEMVs that route themselves (20b's, ROUTED; down without EARLY,
+    as moe_from_logits runs it) as fusion_ab.py's whole_n_scales_t_routing would run them."""
+    base = {"LAYOUT": moe.LAYOUT_FP16_LANES, "PDL": True}
+    routed = ROUTED | {"EARLY": 0}
     for n in (0, 1, 2, 4):
         trips = 6 if n == 0 else 4 // n if n < 4 else 0
-        gate_up, _ = fp16_gate_up({"LAYOUT": moe.LAYOUT_FP16_LANES, "PDL": True, "WHOLE_STEPS": n})
-        down, _ = fp16_down({"LAYOUT": moe.LAYOUT_FP16_LANES, "PDL": True, "WHOLE_STEPS": n})
-        for name, kernel in (("gate_up", gate_up), ("down", down)):
+        steps = base | {"WHOLE_STEPS": n}
+        kernels = (
+            ("gate_up", fp16_gate_up(steps)[0]),
+            ("gate_up SCALES_T", fp16_gate_up(steps | {"SCALES_T": 1})[0]),
+            ("down", fp16_down(steps)[0]),
+            ("routing gate_up SCALES_T", fp16_gate_up(steps | ROUTED | {"SCALES_T": 1})[0]),
+            ("routing down", fp16_down(steps | routed)[0]),
+        )
+        for name, kernel in kernels:
             run, registers = instructions_run(kernel, trips)
             print(
-                f"WHOLE_STEPS {n}: {name:8s} {run:5d} instructions a thread, {registers} registers"
+                f"WHOLE_STEPS {n}: {name:24s} {run:5d} instructions a thread, {registers} registers"
             )
 
 
