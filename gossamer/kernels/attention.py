@@ -85,6 +85,12 @@ PROGRAMS_PER_SM = 4
 # from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
 # GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
 EARLY_KV = os.environ.get("GOSSAMER_ATTN_EARLY_KV", "1") != "0"
+# ... but only where the launch fits in one wave at the early form's occupancy. Compiled for sm_90
+# (triton 3.6, 4 warps, a 64-key tile) the early form holds 207 registers a thread (224 sliding)
+# against 166 without it: 2 programs an SM instead of 3. At batch 64 (512 programs) the graph's
+# full layers took 79 us a call (H100, session 38: 57% of the copy rate), where session 22 timed
+# the launch without it at 53 us; at batch 1 (128 programs) the early tile is what it is for.
+EARLY_KV_PROGRAMS_PER_SM = 2
 # Decode launches load each key tile one iteration ahead, so that a split's iterations overlap their
 # trips to memory (the session-8 sweep measured ~1.2 us per 64-key iteration of one program: its
 # block-table -> K/V loads are dependent and Triton's pipeliner does not overlap them). Measured on
@@ -820,7 +826,7 @@ def paged_attention(
         TREE=tree_mask is not None,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         ROPE_KV=new_kv is not None,
-        EARLY_KV=EARLY_KV and new_kv is not None,
+        EARLY_KV=new_kv is not None and _early_kv(math.prod(grid), q.device),
         PREFETCH_NEXT=PREFETCH_NEXT_KV and decode,
         num_warps=DECODE_NUM_WARPS if decode else 8,
         num_stages=DECODE_NUM_STAGES if decode else 2,
@@ -877,6 +883,12 @@ def _check_new_kv(
             f"{list(expected)}"
         )
     _check_last_dim_contiguous(k=new_kv.k, v=new_kv.v, cos_sin=new_kv.cos_sin)
+
+
+def _early_kv(programs: int, device: torch.device) -> bool:
+    """Whether a ROPE_KV launch of `programs` programs loads its first key tile before its PDL
+    wait (EARLY_KV): only where they all fit on the SMs at once at that form's occupancy."""
+    return EARLY_KV and programs <= EARLY_KV_PROGRAMS_PER_SM * _sm_count(device)
 
 
 def _merge_in_kernel(tiles: int, device: torch.device) -> bool:
