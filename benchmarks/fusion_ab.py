@@ -128,9 +128,10 @@ VARIANTS = {
     "down_early": {"down_early": 1},
     "down_late": {"down_early": 0},
     "late_kv": {"early_kv": False},
-    # the first key tile early at any grid (before session 38: also where the early form's 2
-    # programs an SM cannot hold the launch at once, e.g. 512 programs at 8k context)
-    "early_kv_any": {"early_kv_programs_per_sm": 1 << 20},
+    # the first key tile early only where the launch fits on the SMs at the early form's 2
+    # programs an SM (attention.EARLY_KV_PROGRAMS_PER_SM, session 38; at batch 1, 8k context's
+    # 512 programs no longer load it early)
+    "early_kv_fits": {"early_kv_programs_per_sm": 2},
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
     # QKV and O read from tile-packed copies (gemv.USE_PACKED; registered once per model)

@@ -85,12 +85,14 @@ PROGRAMS_PER_SM = 4
 # from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
 # GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
 EARLY_KV = os.environ.get("GOSSAMER_ATTN_EARLY_KV", "1") != "0"
-# ... but only where the launch fits in one wave at the early form's occupancy. Compiled for sm_90
-# (triton 3.6, 4 warps, a 64-key tile) the early form holds 207 registers a thread (224 sliding)
-# against 166 without it: 2 programs an SM instead of 3. At batch 64 (512 programs) the graph's
-# full layers took 79 us a call (H100, session 38: 57% of the copy rate), where session 22 timed
-# the launch without it at 53 us; at batch 1 (128 programs) the early tile is what it is for.
-EARLY_KV_PROGRAMS_PER_SM = 2
+# EARLY_KV_PROGRAMS_PER_SM > 0 (an experiment, not yet timed): early only where the launch fits on
+# the SMs at once at the early form's occupancy. Compiled for sm_90 (triton 3.6, 4 warps, a 64-key
+# tile) that form holds 207 registers a thread (224 sliding) against 166 without it: 2 programs an
+# SM instead of 3. At batch 64 (512 programs) the graph's full layers took 79 us a call (H100,
+# session 38: 57% of the copy rate) where session 22 timed the launch without it at 53 us; at
+# batch 1 and 1k context (128 programs) the early tile is what it is for. 2 is the rule to time
+# (benchmarks/runs/session38_call5.sh); 0 keeps the early tile at any grid (the measured default).
+EARLY_KV_PROGRAMS_PER_SM = int(os.environ.get("GOSSAMER_ATTN_EARLY_KV_PROGRAMS_PER_SM", "0"))
 # Decode launches load each key tile one iteration ahead, so that a split's iterations overlap their
 # trips to memory (the session-8 sweep measured ~1.2 us per 64-key iteration of one program: its
 # block-table -> K/V loads are dependent and Triton's pipeliner does not overlap them). Measured on
@@ -887,8 +889,10 @@ def _check_new_kv(
 
 def _early_kv(programs: int, device: torch.device) -> bool:
     """Whether a ROPE_KV launch of `programs` programs loads its first key tile before its PDL
-    wait (EARLY_KV): only where they all fit on the SMs at once at that form's occupancy."""
-    return EARLY_KV and programs <= EARLY_KV_PROGRAMS_PER_SM * _sm_count(device)
+    wait (EARLY_KV); with EARLY_KV_PROGRAMS_PER_SM, only where they all fit on the SMs at once at
+    that form's occupancy."""
+    limit = EARLY_KV_PROGRAMS_PER_SM * _sm_count(device)
+    return EARLY_KV and (not EARLY_KV_PROGRAMS_PER_SM or programs <= limit)
 
 
 def _merge_in_kernel(tiles: int, device: torch.device) -> bool:

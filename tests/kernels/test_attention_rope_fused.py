@@ -164,7 +164,7 @@ def test_first_tile_loaded_early_or_late_gives_the_same_bits(kernels, monkeypatc
     new key's row in registers; the slot holds NaN until it is written): the same output and
     cache as loading it after the store, with the new key in a first tile and in a later one."""
     attention = kernels[0]
-    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 1 << 20)  # early at any grid
+    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 0)  # early at any grid
     step = make_step([(1, 5), (1, 40), (1, 16), (1, 17)], sliding_window=sliding_window)
     for launch in ({}, dict(num_splits=2, block_n=16), dict(num_splits=1, block_n=16)):
         monkeypatch.setattr(attention, "EARLY_KV", True)
@@ -180,13 +180,17 @@ def test_first_tile_loaded_early_or_late_gives_the_same_bits(kernels, monkeypatc
 
 
 def test_first_tile_early_only_where_the_launch_fits_on_the_sms(kernels, monkeypatch):
-    """EARLY_KV's form holds more registers (2 programs an SM on sm_90 instead of 3): launches
-    with more programs than fit at that occupancy load their first tile after the wait."""
+    """EARLY_KV's form holds more registers (2 programs an SM on sm_90 instead of 3): with
+    EARLY_KV_PROGRAMS_PER_SM, launches of more programs than fit at that occupancy load their
+    first tile after the wait; without it (0), every ROPE_KV launch loads it early."""
     attention = kernels[0]
     cpu = torch.device("cpu")  # the interpreter counts 4 SMs
     monkeypatch.setattr(attention, "EARLY_KV", True)
-    limit = attention.EARLY_KV_PROGRAMS_PER_SM * attention._sm_count(cpu)
+    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 2)
+    limit = 2 * attention._sm_count(cpu)
     assert attention._early_kv(limit, cpu) and not attention._early_kv(limit + 1, cpu)
+    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 0)
+    assert attention._early_kv(1 << 20, cpu)
     monkeypatch.setattr(attention, "EARLY_KV", False)
     assert not attention._early_kv(1, cpu)
 
