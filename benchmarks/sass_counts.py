@@ -311,12 +311,51 @@ def tiles() -> None:
                   f"{unroll}: {run:5d} instructions a thread, {run / (weights * steps):4.2f} a weight")  # fmt: skip
 
 
+ATTENTION_ARGS = dict(
+    q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", block_tables_ptr="*i32",
+    query_start_loc_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", tree_mask_ptr="*i32",
+    out_ptr="*bf16", part_max_ptr="*fp32", part_sum_ptr="*fp32", part_acc_ptr="*fp32",
+    counter_ptr="*i32", k_new_ptr="*bf16", v_new_ptr="*bf16", positions_ptr="*i64",
+    cos_sin_ptr="*fp32", slot_mapping_ptr="*i64", scale_log2="fp32", window="i32",
+    num_splits="i32", min_chunk="i32", num_q_heads="i32",
+    **dict.fromkeys(["stride_q_tok", "stride_q_head", "stride_o_tok", "stride_o_head",
+                     "stride_c_block", "stride_c_tok", "stride_c_head", "stride_bt_seq",
+                     "stride_bt_block", "stride_k_new_tok", "stride_k_new_head",
+                     "stride_v_new_tok", "stride_v_new_head", "stride_cos_sin"], "i32"),
+)  # fmt: skip
+
+
+def attention_early_tile() -> None:
+    """The decode attention launch at batch 64 (one split, gpt-oss heads, 64-key tiles, 4 warps,
+    the one-tile prefetch) with and without the fused rope / KV write (ROPE_KV) and its first tile
+    loaded before the PDL wait (EARLY_KV): registers, programs an SM, instructions."""
+    from gossamer.kernels import attention
+
+    for name, rope, early in (("plain", False, False), ("rope", True, False),
+                              ("rope + early tile", True, True)):  # fmt: skip
+        for sliding in (False, True):
+            constexprs = dict(GROUP=8, HEAD_DIM=64, BLOCK_SIZE=16, BLOCK_Q=1, BLOCK_M=16,
+                              BLOCK_N=attention.DECODE_BLOCK_N, SLIDING=sliding, SPLIT=False,
+                              MERGE=False, SPLITS_P2=1, TREE=False, DOT_PRECISION="tf32",
+                              ROPE_KV=rope, PDL=True, EARLY_KV=early, PREFETCH_NEXT=True)  # fmt: skip
+            compiled = compile_sm90(attention._paged_attention_kernel, ATTENTION_ARGS, constexprs,
+                                    attention.DECODE_NUM_WARPS)  # fmt: skip
+            text = sass(compiled)
+            registers = max(int(r) for r in re.findall(r"\bR(\d+)\b", text)) + 1
+            per_sm = programs_per_sm(registers, attention.DECODE_NUM_WARPS)
+            kind = "windowed" if sliding else "full"
+            print(f"attention {name:18s} {kind:8s} {registers:4d} registers, {per_sm} programs an "
+                  f"SM, {_instruction_count(text.splitlines()):5d} instructions")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-grouped", action="store_true", help="only the decode GEMVs")
     parser.add_argument("--layouts", action="store_true", help="only the word layouts compared")
     parser.add_argument("--whole-steps", action="store_true",
                         help="only the batch-1 GEMVs with WHOLE_STEPS 0, 1, 2, 4")  # fmt: skip
+    parser.add_argument("--attention", action="store_true",
+                        help="only decode attention's early first tile: registers")  # fmt: skip
     parser.add_argument("--tiles", action="store_true",
                         help="only the batch-1 GEMV tiles of fusion_ab.py: registers, waves")  # fmt: skip
     args = parser.parse_args()
@@ -329,6 +368,9 @@ def main() -> None:
         return
     if args.tiles:
         tiles()
+        return
+    if args.attention:
+        attention_early_tile()
         return
     report("fp16 gate_up (default tile, masked loop)", *fp16_gate_up({}))
     # as the GPU runs it: the repacked bit layout, 20b's routing in the GEMV; SCALES_T off / on
