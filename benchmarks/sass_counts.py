@@ -232,8 +232,12 @@ def instructions_run(compiled, loop_trips: int) -> tuple[int, int]:
     text = sass(compiled)
     count = _instruction_count(text.splitlines())
     loop = _instruction_count(loop_lines(text))
-    registers = max(int(r) for r in re.findall(r"\bR(\d+)\b", text)) + 1
-    return count - loop + loop * loop_trips, registers
+    return count - loop + loop * loop_trips, registers_of(text)
+
+
+def registers_of(text: str) -> int:
+    """Registers a thread of a SASS listing uses: its highest register number + 1."""
+    return max(int(r) for r in re.findall(r"\bR(\d+)\b", text)) + 1
 
 
 def _instruction_count(lines: list[str]) -> int:
@@ -341,7 +345,7 @@ def attention_early_tile() -> None:
             compiled = compile_sm90(attention._paged_attention_kernel, ATTENTION_ARGS, constexprs,
                                     attention.DECODE_NUM_WARPS)  # fmt: skip
             text = sass(compiled)
-            registers = max(int(r) for r in re.findall(r"\bR(\d+)\b", text)) + 1
+            registers = registers_of(text)
             per_sm = programs_per_sm(registers, attention.DECODE_NUM_WARPS)
             kind = "windowed" if sliding else "full"
             print(f"attention {name:18s} {kind:8s} {registers:4d} registers, {per_sm} programs an "
