@@ -128,10 +128,6 @@ VARIANTS = {
     "down_early": {"down_early": 1},
     "down_late": {"down_early": 0},
     "late_kv": {"early_kv": False},
-    # the first key tile early only where the launch fits on the SMs at the early form's 2
-    # programs an SM (attention.EARLY_KV_PROGRAMS_PER_SM, session 38; at batch 1, 8k context's
-    # 512 programs no longer load it early)
-    "early_kv_fits": {"early_kv_programs_per_sm": 2},
     "no_prefetch": {"prefetch_next": False},
     "split_128": {"min_split_keys": 128},
     # QKV and O read from tile-packed copies (gemv.USE_PACKED; registered once per model)
@@ -385,9 +381,6 @@ def apply(model, variant: dict, defaults: dict) -> None:
     set_experts_layout(model, variant.get("layout", mxfp4.gpu_layout()))
     attention.FUSE_ROPE_KV = variant.get("fuse_rope", defaults["fuse_rope"])
     attention.EARLY_KV = variant.get("early_kv", defaults["early_kv"])
-    attention.EARLY_KV_PROGRAMS_PER_SM = variant.get(
-        "early_kv_programs_per_sm", defaults["early_kv_programs_per_sm"]
-    )
     attention.PREFETCH_NEXT_KV = variant.get("prefetch_next", defaults["prefetch_next"])
     attention.DECODE_MIN_SPLIT_KEYS = variant.get("min_split_keys", defaults["min_split_keys"])
     # the knock-outs patch ops.moe and ops.rms_norm, which only the path with the routing kernel
@@ -474,7 +467,6 @@ def current_defaults() -> dict:
     """The module switches and configs that `apply` sets, as they are now (the defaults)."""
     return {"fuse_rope": attention.FUSE_ROPE_KV,
             "early_kv": attention.EARLY_KV, "prefetch_next": attention.PREFETCH_NEXT_KV,
-            "early_kv_programs_per_sm": attention.EARLY_KV_PROGRAMS_PER_SM,
             "min_split_keys": attention.DECODE_MIN_SPLIT_KEYS,
             "down": moe_mxfp4.DECODE_FP16_DOWN, "gemv": dict(gemv.CONFIGS),
             "gate_up": moe_mxfp4.DECODE_FP16_GATE_UP, "packed": gemv.USE_PACKED,

@@ -67,7 +67,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gossamer.kernels import pdl
+from gossamer.kernels import gemv, pdl
 from gossamer.ops.base import AttentionMetadata
 from gossamer.ops.torch_ref import TorchOps
 
@@ -85,14 +85,14 @@ PROGRAMS_PER_SM = 4
 # from HBM overlaps the QKV projection's tail (see the kernel's NOTE on why those reads are final).
 # GOSSAMER_ATTN_EARLY_KV=0 for A/B runs.
 EARLY_KV = os.environ.get("GOSSAMER_ATTN_EARLY_KV", "1") != "0"
-# EARLY_KV_PROGRAMS_PER_SM > 0 (an experiment, not yet timed): early only where the launch fits on
-# the SMs at once at the early form's occupancy. Compiled for sm_90 (triton 3.6, 4 warps, a 64-key
-# tile) that form holds 207 registers a thread (224 sliding) against 166 without it: 2 programs an
-# SM instead of 3. At batch 64 (512 programs) the graph's full layers took 79 us a call (H100,
-# session 38: 57% of the copy rate) where session 22 timed the launch without it at 53 us; at
-# batch 1 and 1k context (128 programs) the early tile is what it is for. 2 is the rule to time
-# (benchmarks/runs/session38_call5.sh); 0 keeps the early tile at any grid (the measured default).
-EARLY_KV_PROGRAMS_PER_SM = int(os.environ.get("GOSSAMER_ATTN_EARLY_KV_PROGRAMS_PER_SM", "0"))
+# The early tile pays only after a launch that lets this one start before it ends: the QKV
+# projection on the Triton GEMV (PDL), which serves up to gemv.max_rows("tall") rows (8). Past
+# that cuBLAS projects QKV and lets nothing start early, so the early form's registers (207 a
+# thread, 224 sliding, against 166: 2 programs an SM instead of 3) only cost. Measured on an H100
+# (session 39, graph_timeline.py, 120b, batch 64 at 1k context, 512 programs): without the early
+# tile a full layer took 55.5 us instead of 79.1, a sliding one 12.3 instead of 16.0, the fed
+# step 24.69 ms instead of 25.09; at batch 1 and 8k context (also 512 programs, fusion_ab.py
+# --fed) with it 2.571 ms a step against 2.605 without.
 # Decode launches load each key tile one iteration ahead, so that a split's iterations overlap their
 # trips to memory (the session-8 sweep measured ~1.2 us per 64-key iteration of one program: its
 # block-table -> K/V loads are dependent and Triton's pipeliner does not overlap them). Measured on
@@ -828,7 +828,7 @@ def paged_attention(
         TREE=tree_mask is not None,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         ROPE_KV=new_kv is not None,
-        EARLY_KV=new_kv is not None and _early_kv(math.prod(grid), q.device),
+        EARLY_KV=new_kv is not None and _early_kv(num_tokens),
         PREFETCH_NEXT=PREFETCH_NEXT_KV and decode,
         num_warps=DECODE_NUM_WARPS if decode else 8,
         num_stages=DECODE_NUM_STAGES if decode else 2,
@@ -887,12 +887,10 @@ def _check_new_kv(
     _check_last_dim_contiguous(k=new_kv.k, v=new_kv.v, cos_sin=new_kv.cos_sin)
 
 
-def _early_kv(programs: int, device: torch.device) -> bool:
-    """Whether a ROPE_KV launch of `programs` programs loads its first key tile before its PDL
-    wait (EARLY_KV); with EARLY_KV_PROGRAMS_PER_SM, only where they all fit on the SMs at once at
-    that form's occupancy."""
-    limit = EARLY_KV_PROGRAMS_PER_SM * _sm_count(device)
-    return EARLY_KV and (not EARLY_KV_PROGRAMS_PER_SM or programs <= limit)
+def _early_kv(num_tokens: int) -> bool:
+    """Whether a ROPE_KV launch of `num_tokens` query tokens loads its first key tile before its
+    PDL wait: where the QKV projection before it is a Triton GEMV launch (see EARLY_KV)."""
+    return EARLY_KV and num_tokens <= gemv.max_rows("tall")
 
 
 def _merge_in_kernel(tiles: int, device: torch.device) -> bool:

@@ -164,7 +164,6 @@ def test_first_tile_loaded_early_or_late_gives_the_same_bits(kernels, monkeypatc
     new key's row in registers; the slot holds NaN until it is written): the same output and
     cache as loading it after the store, with the new key in a first tile and in a later one."""
     attention = kernels[0]
-    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 0)  # early at any grid
     step = make_step([(1, 5), (1, 40), (1, 16), (1, 17)], sliding_window=sliding_window)
     for launch in ({}, dict(num_splits=2, block_n=16), dict(num_splits=1, block_n=16)):
         monkeypatch.setattr(attention, "EARLY_KV", True)
@@ -179,20 +178,22 @@ def test_first_tile_loaded_early_or_late_gives_the_same_bits(kernels, monkeypatc
         monkeypatch.setattr(attention, "PREFETCH_NEXT_KV", False)
 
 
-def test_first_tile_early_only_where_the_launch_fits_on_the_sms(kernels, monkeypatch):
-    """EARLY_KV's form holds more registers (2 programs an SM on sm_90 instead of 3): with
-    EARLY_KV_PROGRAMS_PER_SM, launches of more programs than fit at that occupancy load their
-    first tile after the wait; without it (0), every ROPE_KV launch loads it early."""
+@pytest.mark.parametrize("gemv_max_m", [8, 2])
+def test_first_tile_early_only_where_qkv_is_a_triton_gemv(kernels, monkeypatch, gemv_max_m):
+    """The early tile overlaps the QKV projection's tail only where that projection is a Triton
+    GEMV launch (PDL); past the rows the GEMV serves, cuBLAS projects and the launch loads it
+    after the wait. The rule follows gemv's limit (gpt-oss's QKV weight: [5120, 2880])."""
     attention = kernels[0]
-    cpu = torch.device("cpu")  # the interpreter counts 4 SMs
+    gemv = attention.gemv  # the copy the interpreted module imports
+    monkeypatch.setattr(gemv, "GEMV_MAX_M", gemv_max_m)
+    qkv_weight = torch.empty(5120, 2880, dtype=torch.bfloat16, device="meta")
     monkeypatch.setattr(attention, "EARLY_KV", True)
-    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 2)
-    limit = 2 * attention._sm_count(cpu)
-    assert attention._early_kv(limit, cpu) and not attention._early_kv(limit + 1, cpu)
-    monkeypatch.setattr(attention, "EARLY_KV_PROGRAMS_PER_SM", 0)
-    assert attention._early_kv(1 << 20, cpu)
+    for tokens in (1, 2, 3, 8, 9, 64):
+        x = torch.empty(tokens, 2880, dtype=torch.bfloat16, device="meta")
+        assert attention._early_kv(tokens) == gemv.serves(x, qkv_weight)
+    assert attention._early_kv(gemv_max_m) and not attention._early_kv(gemv_max_m + 1)
     monkeypatch.setattr(attention, "EARLY_KV", False)
-    assert not attention._early_kv(1, cpu)
+    assert not attention._early_kv(1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Session 39 (either card). `bash benchmarks/runs/session39.sh check` (~5 min): the decode
+# attention's early first tile now only where QKV is a Triton GEMV launch (<= 8 rows; call 1
+# measured the batch-64 step without it 25.09 -> 24.69 ms fed): its GPU tests, the batch-64 step
+# in its graph, README's C=64 on this card. `... ncu` (~4 min): where the batch-1 expert GEMVs'
+# warps wait, per SASS instruction (gate_up runs at 75% of its byte floor on the H100 and neither
+# its instructions nor its occupancy explained it: NOTES, thirty-eighth session, item 2).
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+check() {
+    R=/tmp/s39check; . benchmarks/runs/step.sh
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
+    TAILN=4 step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_attention_rope_fused.py -rfE
+    TAILN=8 step timeline_b64 150 python3 benchmarks/graph_timeline.py --model gpt-oss-120b --batch 64 --top 6 --json $R/timeline_b64.json
+    TAILN=3 step tp120_c64 110 python3 benchmarks/throughput.py --input-len 1024 --output-len 1024 --models gpt-oss-120b --concurrency 64 --json $R/tp120_c64.json
+}
+ncu_gemvs() {
+    R=/tmp/s39ncu; . benchmarks/runs/step.sh
+    ncu --version | tail -1 | tee $R/gpu.txt
+    local NCU="ncu --clock-control none --profile-from-start off --target-processes all --section SourceCounters --section WarpStateStats --section SpeedOfLight --import-source no"
+    TAILN=3 step src 200 $NCU -k regex:_fp16_ -c 2 -o $R/src python3 benchmarks/ncu_step.py run --model gpt-oss-120b --batch 1
+    TAILN=1 step page 40 ncu --import $R/src.ncu-rep --page source --csv --print-source sass --log-file $R/src.csv
+    TAILN=60 step table 20 python3 benchmarks/ncu_source.py $R/src.csv --top 16
+    TAILN=1 step details 30 ncu --import $R/src.ncu-rep --page details --csv --log-file $R/details.csv
+}
+case ${1:-check} in
+    check) check ;;
+    ncu) ncu_gemvs ;;
+esac
