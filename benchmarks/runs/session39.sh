@@ -5,6 +5,8 @@
 # in its graph, README's C=64 on this card. `... ncu` (~4 min): where the batch-1 expert GEMVs'
 # warps wait, per SASS instruction (gate_up runs at 75% of its byte floor on the H100 and neither
 # its instructions nor its occupancy explained it: NOTES, thirty-eighth session, item 2).
+# `... keys32` (~5 min): the batch-64 step with GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N=32 (unsplit
+# decode launches past 3 programs an SM on 32-key tiles: 114 registers, one wave) and without.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 check() {
@@ -23,7 +25,16 @@ ncu_gemvs() {
     TAILN=60 step table 20 python3 benchmarks/ncu_source.py $R/src.csv --top 16
     TAILN=1 step details 30 ncu --import $R/src.ncu-rep --page details --csv --log-file $R/details.csv
 }
+keys32() {  # the batch-64 step with unsplit crowded decode launches on 32-key tiles, and without
+    R=/tmp/s39keys; . benchmarks/runs/step.sh
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
+    local TL="benchmarks/graph_timeline.py --model gpt-oss-120b --batch 64 --top 6"
+    TAILN=8 step timeline_b64_keys32 150 env GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N=32 python3 $TL --json $R/timeline_b64_keys32.json
+    TAILN=8 step timeline_b64 150 python3 $TL --json $R/timeline_b64.json
+    TAILN=8 step timeline_b64_keys32_again 150 env GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N=32 python3 $TL --json $R/timeline_b64_keys32_again.json
+}
 case ${1:-check} in
     check) check ;;
     ncu) ncu_gemvs ;;
+    keys32) keys32 ;;
 esac

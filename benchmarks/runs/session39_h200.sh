@@ -4,9 +4,12 @@
 # C=64 and C=256 with today's defaults (the last H200 runs were sessions 31 and 32; since then the
 # batch-1 GEMV changes and, at batch >= 9, the decode attention without its early first tile),
 # the first batch-64 and batch-256 step profiles on this card, then batch 1 of both models through
-# the engine. `... layouts` (~8 min, the warm machine): session35_h200.sh's layer A/B of the word
-# layouts and README's C=64 in the winner, then session 37's batch-1 defaults against the masked
-# loop (session38_h200.sh's A/B).
+# the engine. `... layouts` (~9 min, the warm machine): v2's 8-row tile at 64 and 256 tokens
+# with more programs an SM (maxnreg 80 / 72) and 4 stages: on the H100 they lost (session 30),
+# but there the tile is nearer its byte floor, and the H200 runs one layer at about the H100's
+# time (589 against ~577 us at 64 tokens), so its limit is latency or issue, which more warps and
+# bytes in flight address; then session35_h200.sh's layer A/B of the word layouts and README's
+# C=64 in the winner, then session 37's batch-1 defaults against the masked loop.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 TP="benchmarks/throughput.py --input-len 1024 --output-len 1024"
@@ -23,6 +26,7 @@ readme() {
 layouts() {
     R=/tmp/s39h200b; . benchmarks/runs/step.sh
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
+    TAILN=20 step v2_tile 200 python3 benchmarks/moe_grouped_sweep.py --sync-ab --tokens 64 --confirm 256 --ab-orders 1 --ab-stages 3,4 --ab-maxnreg 0,80,72 --ab-rounds 2 --json $R/v2_tile.json
     TAILN=14 step layer_layouts 110 python3 benchmarks/word_layouts_ab.py --tokens 1,64,256 --rounds 3 --json $R/layer_layouts.json
     BEST=$(python3 benchmarks/runs/best_layout.py $R/layer_layouts.json --tokens 64) || BEST=fp16_lanes
     echo "layer winner at 64 tokens: $BEST" | tee $R/best.txt
