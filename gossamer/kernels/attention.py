@@ -136,7 +136,8 @@ DECODE_BLOCK_N = 64  # keys per loop iteration (64 keys x 64 dims x 2 bytes = 8 
 # 8.9 against 10.5 a sliding one. An experiment, off (0) until timed in the graph
 # (GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N=32).
 DECODE_MANY_PROGRAMS_BLOCK_N = int(os.environ.get("GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N", "0"))
-DECODE_PROGRAMS_PER_SM = 3  # of the 64-key decode launch (sm_90, 4 warps; sass_counts.py --attention)
+# Programs an SM of the 64-key decode launch (sm_90, 4 warps; sass_counts.py --attention).
+DECODE_PROGRAMS_PER_SM = 3
 # Decode launches' warps and pipeline stages (benchmarks/kernels_attention.py --sweep-batch sets
 # them for A/B runs).
 DECODE_NUM_WARPS = 4
@@ -909,7 +910,9 @@ def _decode_block_n(num_splits: int, programs: int, device: torch.device) -> int
     """Keys per iteration of a decode launch of `programs` (seq, kv head) pairs in `num_splits`
     splits: DECODE_MANY_PROGRAMS_BLOCK_N where one split leaves more programs than fit at once."""
     crowded = num_splits == 1 and programs > DECODE_PROGRAMS_PER_SM * _sm_count(device)
-    return DECODE_MANY_PROGRAMS_BLOCK_N if crowded and DECODE_MANY_PROGRAMS_BLOCK_N else DECODE_BLOCK_N
+    if crowded and DECODE_MANY_PROGRAMS_BLOCK_N:
+        return DECODE_MANY_PROGRAMS_BLOCK_N
+    return DECODE_BLOCK_N
 
 
 def _merge_in_kernel(tiles: int, device: torch.device) -> bool:
