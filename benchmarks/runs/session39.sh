@@ -6,7 +6,8 @@
 # warps wait, per SASS instruction (gate_up runs at 75% of its byte floor on the H100 and neither
 # its instructions nor its occupancy explained it: NOTES, thirty-eighth session, item 2).
 # `... keys32` (~5 min): the batch-64 step with GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N=32 (unsplit
-# decode launches past 3 programs an SM on 32-key tiles: 114 registers, one wave) and without.
+# decode launches past 3 programs an SM on 32-key tiles: 114 registers, one wave) and without
+# (the switch was removed after this run: 32-key tiles lost on full layers).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 check() {

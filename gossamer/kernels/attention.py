@@ -128,16 +128,6 @@ COUNTER_SLOTS = 16384
 MERGE_CHUNK = tl.constexpr(128)
 MERGE_UNROLL = tl.constexpr(int(os.environ.get("GOSSAMER_ATTN_MERGE_UNROLL", "2048")))
 DECODE_BLOCK_N = 64  # keys per loop iteration (64 keys x 64 dims x 2 bytes = 8 KB of K, 8 KB of V)
-# Unsplit decode launches of more programs than fit on the SMs at once with 64-key tiles (compiled
-# for sm_90, triton 3.6, 4 warps: 166 registers a thread, 3 programs an SM) can take tiles of this
-# many keys instead (32: 114 registers, 4 an SM, so batch 64's 512 programs run in one wave
-# instead of 1.3). Session 22 timed the plain launch alone at batch 64 (H100, kernels_attention.py
-# --sweep-batch): 32 keys 50.9 against 53.4 us a full layer at 1k keys, 96.1 against 99.2 at 2k,
-# 8.9 against 10.5 a sliding one. An experiment, off (0) until timed in the graph
-# (GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N=32).
-DECODE_MANY_PROGRAMS_BLOCK_N = int(os.environ.get("GOSSAMER_ATTN_MANY_PROGRAMS_BLOCK_N", "0"))
-# Programs an SM of the 64-key decode launch (sm_90, 4 warps; sass_counts.py --attention).
-DECODE_PROGRAMS_PER_SM = 3
 # Decode launches' warps and pipeline stages (benchmarks/kernels_attention.py --sweep-batch sets
 # them for A/B runs).
 DECODE_NUM_WARPS = 4
@@ -766,16 +756,13 @@ def paged_attention(
     decode = max_query_len <= DECODE_MAX_QUERY_LEN
     if decode:
         block_q = block_q or triton.next_power_of_2(max(max_query_len, 1))
-        chosen_block_n, block_n = block_n, block_n or DECODE_BLOCK_N
+        block_n = block_n or DECODE_BLOCK_N
         if min_split_keys is None:  # forced splits (tests) keep chunks as short as block_n
             min_split_keys = DECODE_MIN_SPLIT_KEYS if num_splits is None else block_n
         min_chunk = triton.cdiv(max(min_split_keys, 1), block_n) * block_n
         if num_splits is None:
             visible = _max_visible_keys(max_seq_len, max_query_len, sliding_window)
             num_splits = _decode_splits(num_seqs, num_kv_heads, visible, min_chunk, q.device)
-        if chosen_block_n is None:
-            block_n = _decode_block_n(num_splits, num_seqs * num_kv_heads, q.device)
-            min_chunk = triton.cdiv(max(min_split_keys, 1), block_n) * block_n
     else:
         block_q = block_q or max(1, PREFILL_ROWS // triton.next_power_of_2(group_size))
         block_n = block_n or PREFILL_BLOCK_N
@@ -904,15 +891,6 @@ def _early_kv(num_tokens: int) -> bool:
     """Whether a ROPE_KV launch of `num_tokens` query tokens loads its first key tile before its
     PDL wait: where the QKV projection before it is a Triton GEMV launch (see EARLY_KV)."""
     return EARLY_KV and num_tokens <= gemv.max_rows("tall")
-
-
-def _decode_block_n(num_splits: int, programs: int, device: torch.device) -> int:
-    """Keys per iteration of a decode launch of `programs` (seq, kv head) pairs in `num_splits`
-    splits: DECODE_MANY_PROGRAMS_BLOCK_N where one split leaves more programs than fit at once."""
-    crowded = num_splits == 1 and programs > DECODE_PROGRAMS_PER_SM * _sm_count(device)
-    if crowded and DECODE_MANY_PROGRAMS_BLOCK_N:
-        return DECODE_MANY_PROGRAMS_BLOCK_N
-    return DECODE_BLOCK_N
 
 
 def _merge_in_kernel(tiles: int, device: torch.device) -> bool:

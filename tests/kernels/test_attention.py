@@ -739,38 +739,3 @@ def test_sliding_layers_split_their_window(kernels, monkeypatch) -> None:
     num_kv_heads = sliding.kv_cache.shape[3]
     assert sliding_programs == num_kv_heads * 2  # 100 keys: 64-key splits
     assert full_programs > num_kv_heads * 2  # full attention over 300 keys: more splits
-
-
-class KeywordSpy(LaunchSpy):
-    """A LaunchSpy that keeps one keyword argument of each launch."""
-
-    def __init__(self, kernel, keyword: str) -> None:
-        super().__init__(kernel)
-        self.keyword, self.values = keyword, []
-
-    def __getitem__(self, grid):
-        launch = super().__getitem__(grid)
-
-        def record(*args, **kwargs):
-            self.values.append(kwargs[self.keyword])
-            return launch(*args, **kwargs)
-
-        return record
-
-
-@pytest.mark.parametrize("sliding_window", [None, 24])
-def test_crowded_unsplit_decode_takes_the_smaller_key_tile(kernels, monkeypatch, sliding_window):
-    """With DECODE_MANY_PROGRAMS_BLOCK_N set, an unsplit decode launch of more (seq, kv head)
-    programs than DECODE_PROGRAMS_PER_SM an SM holds (the interpreter counts 4 SMs: 12) iterates
-    over that many keys; one that fits, or the switch off, over DECODE_BLOCK_N. Same results."""
-    spy = KeywordSpy(kernels._paged_attention_kernel, "BLOCK_N")
-    monkeypatch.setattr(kernels, "_paged_attention_kernel", spy)
-    monkeypatch.setattr(kernels, "DECODE_MANY_PROGRAMS_BLOCK_N", 16)
-    lengths = [40, 33, 70, 5, 64, 17, 51]
-    crowded = make_batch([(1, n) for n in lengths], sliding_window=sliding_window)  # 14 programs
-    fits = make_batch([(1, n) for n in lengths[:6]], sliding_window=sliding_window)  # 12
-    for batch in (crowded, fits):
-        assert_matches(run_op(kernels, batch), batch)
-    monkeypatch.setattr(kernels, "DECODE_MANY_PROGRAMS_BLOCK_N", 0)
-    assert_matches(run_op(kernels, crowded), crowded)
-    assert spy.values == [16, kernels.DECODE_BLOCK_N, kernels.DECODE_BLOCK_N]
