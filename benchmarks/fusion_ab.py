@@ -294,6 +294,10 @@ GATE_UP_VARIANTS = {
     "gu_g8": {"GROUPS_PER_STEP": 8},
     "gu_g32": {"GROUPS_PER_STEP": 32},
     "gu_s3": {"NUM_STAGES": 3},
+    # each program's rows asked into L2 as it starts (moe_mxfp4.GATE_UP_PREFETCH_L2): the
+    # scales, or the scales and the words
+    "gu_l2_scales": {"PREFETCH_L2": 1},
+    "gu_l2_words": {"PREFETCH_L2": 2},
 }
 DOWN_VARIANTS = {
     "dn_r2w1": {"BLOCK_ROWS": 2},

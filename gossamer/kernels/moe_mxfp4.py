@@ -121,6 +121,12 @@ DECODE_FP16 = True
 # GEMVs on the masked loop). Not yet timed on an H200.
 DECODE_FP16_GATE_UP = {"BLOCK_PAIRS": 16, "GROUPS_PER_STEP": 16, "SPLIT_K": 1, "num_warps": 4,
                        "WHOLE_STEPS": 2, "SCALES_T": 1}  # fmt: skip
+# GATE_UP_PREFETCH_L2 (an experiment, off): gate_up's programs ask for their whole block of rows
+# in L2 as they start (1: the 2 x 16 rows' scales, 2.9 KB on 120b; 2: their words too, 46 KB), so
+# that a one-wave launch has its 33 MB (4 experts) requested at once rather than two steps at a
+# time, and the step loads hit L2. Why: ncu (session 39, H100) put 75% of gate_up's warp samples
+# at long_scoreboard, ~19% on scale bytes loaded 150-200 instructions before their use, at 63% of
+# DRAM throughput. fusion_ab.py gu_l2_scales / gu_l2_words time it.
 # Loading a step ahead (see the section comment above _down_ahead), measured twice on the H200
 # (sessions 7 and 8, moe_decode_sweep.py --ahead, T=1 layer on 120b shapes). Session 8, us per
 # layer by gate_up/down AHEAD (1: scales a step early, 2: activation words too): 0/0 26.5,
@@ -1231,6 +1237,10 @@ def _fp16_gate_up_kernel(
     SCALES_T: tl.constexpr = 0,  # scales through transposed pointers (DECODE_FP16_GATE_UP)
     WHOLE_STEPS: tl.constexpr = 0,  # > 0: whole steps unmasked, unrolled this much (see
     # WHOLE_STEPS; only where `_whole_steps` allows it)
+    PREFETCH_L2: tl.constexpr = 0,  # 1: the program's scale rows into L2 as it starts; 2: its
+    # words too (SPLIT_K 1; see GATE_UP_PREFETCH_L2)
+    SCALE_LINES: tl.constexpr = 1,  # 128-byte lines of the program's scale rows, a power of two
+    WORD_LINES: tl.constexpr = 1,  # the same for its words
 ):
     G: tl.constexpr = H // 32
     # from a gate row's words / scales to its up row's
@@ -1278,6 +1288,14 @@ def _fp16_gate_up_kernel(
             expert = tl.load(ids_ptr + pair).to(tl.int64)
         gate_w_ptrs, gate_s_ptrs = _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo,
                                                  kw, step, scale_step, INTER, G)  # fmt: skip
+    if PREFETCH_L2 and not _INTERPRETED:
+        row0 = 2 * pid_n * BLOCK_PAIRS
+        lines = _row_block_lines(expert, row0, 2 * BLOCK_PAIRS, 2 * INTER, G, 128, SCALE_LINES)
+        pdl.prefetch_l2(scales_ptr + lines)
+        if PREFETCH_L2 == 2:  # words are int32: 32 to a line
+            lines = _row_block_lines(expert, row0, 2 * BLOCK_PAIRS, 2 * INTER, G * 4, 32,
+                                     WORD_LINES)  # fmt: skip
+            pdl.prefetch_l2(words_ptr + lines)
     x_ptrs = x_ptr + token * (H // 2) + (g_lo * 4 + kw)[None, :]  # [1, GB * 4], pair plane 0
     tile: tl.constexpr = (BLOCK_PAIRS, GROUPS_PER_STEP, 4)
 
@@ -1391,6 +1409,25 @@ def _gate_up_ptrs(words_ptr, scales_ptr, expert, gate_rows, g_lo, kw, step, scal
         + (g_lo + step)[None, :] * scale_step
     )
     return w_ptrs, s_ptrs
+
+
+@triton.jit
+def _row_block_lines(expert, first_row, num_rows: tl.constexpr, rows_per_expert: tl.constexpr,
+                     row_len: tl.constexpr, per_line: tl.constexpr, LINES: tl.constexpr):  # fmt: skip
+    """Element offsets, one in each 128-byte line (per_line elements) that rows [first_row,
+    first_row + num_rows) of `expert` touch (rows of row_len elements, clamped to the expert's
+    rows_per_expert): LINES >= cdiv(num_rows * row_len, per_line) + 1 of them, the last ones
+    repeating the block's last element (a line asked twice costs nothing more)."""
+    base = expert * (rows_per_expert * row_len)
+    last_row = tl.minimum(first_row + num_rows, rows_per_expert) - 1
+    lines = base + first_row * row_len + tl.arange(0, LINES) * per_line
+    return tl.minimum(lines, base + last_row * row_len + row_len - 1)
+
+
+def row_block_lines(rows: int, row_bytes: int) -> int:
+    """_row_block_lines' LINES for a block of `rows` rows of row_bytes bytes: enough lines for any
+    alignment of the block, rounded up to a power of two."""
+    return triton.next_power_of_2(triton.cdiv(rows * row_bytes, 128) + 1)
 
 
 @triton.jit
@@ -1754,6 +1791,10 @@ def _check_fp16_configs(gate_up: dict, down: dict) -> None:
             raise MoEShapeError(f"{name} config needs SPLIT_K >= 1, got {config.get('SPLIT_K')!r}")
     if "AHEAD" in gate_up:
         raise MoEShapeError("gate_up has no AHEAD (measured slower; see DECODE_FP16_DOWN)")
+    if gate_up.get("PREFETCH_L2", 0) not in (0, 1, 2) or (
+        gate_up.get("PREFETCH_L2", 0) and gate_up["SPLIT_K"] != 1
+    ):
+        raise MoEShapeError(f"gate_up's PREFETCH_L2 is 0, 1 or 2, with SPLIT_K 1: {gate_up!r}")
     if down.get("AHEAD", 0) not in (0, 2):
         raise MoEShapeError(f"down's AHEAD is 0 or 2, got {down['AHEAD']!r}")
     if down.get("EARLY", 0) and down.get("AHEAD", 0) != 2:
@@ -1850,6 +1891,10 @@ def _fp16_gate_up(
         config = config | {"EARLY": 0}
     whole = inter % config["BLOCK_PAIRS"] == 0
     config = config | {"WHOLE_STEPS": _whole_steps(config, whole, x_h.shape[1] // MXFP4_GROUP)}
+    if config.get("PREFETCH_L2", 0):
+        rows, groups = 2 * config["BLOCK_PAIRS"], x_h.shape[1] // MXFP4_GROUP
+        config = config | {"SCALE_LINES": row_block_lines(rows, groups),
+                           "WORD_LINES": row_block_lines(rows, groups * 16)}  # fmt: skip
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     part = None
     if split_k > 1:

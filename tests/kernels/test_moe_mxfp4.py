@@ -266,6 +266,45 @@ def test_fp16_whole_steps_give_the_same_bits(moe, hidden, inter, tokens, unroll,
 
 
 @pytest.mark.parametrize(
+    "tokens,prefetch,early,unroll", [(1, 1, 0, 0), (3, 2, 0, 2), (2, 2, 1, 1), (1, 2, 0, 0)]
+)
+def test_fp16_gate_up_prefetch_to_l2_changes_no_bit(moe, tokens, prefetch, early, unroll):
+    """gate_up's PREFETCH_L2 (its rows' scales, or scales and words, asked into L2 as a program
+    starts; skipped by the interpreter) only adds hints: the same bits, with the last program's
+    rows past the end (intermediate 96 in blocks of 32 pairs: 64 of 192 rows), the expert known
+    before or after the PDL wait, and both loop forms."""
+    experts = _fp16_lanes(_experts(8, 160, 96, seed=63))
+    x, logits = _inputs(tokens, 160, 8, seed=64 + tokens)
+    config = {name: dict(c) for name, c in TINY_FP16.items()}
+    config["gate_up_config"] |= {"EARLY": early, "WHOLE_STEPS": unroll}
+    out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    config["gate_up_config"]["PREFETCH_L2"] = prefetch
+    prefetched = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+    assert torch.equal(prefetched, out)
+    assert _relative_error(prefetched, _reference(x, logits, experts, 4)) < FP16_TOLERANCE
+
+
+def test_fp16_gate_up_prefetch_to_l2_needs_one_k_split(moe):
+    """The prefetch covers whole rows, so a split-K gate_up refuses it; so do unknown values."""
+    experts = _experts(8, 160, 96, seed=65)
+    x, logits = _inputs(1, 160, 8, seed=66)
+    for changes in ({"PREFETCH_L2": 1, "SPLIT_K": 2}, {"PREFETCH_L2": 3}):
+        config = {name: dict(c) for name, c in TINY_FP16.items()}
+        config["gate_up_config"] |= changes
+        with pytest.raises(moe.MoEShapeError, match="PREFETCH_L2"):
+            moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
+
+
+@pytest.mark.parametrize("rows,row_bytes", [(32, 90), (32, 1440), (2, 5), (4, 64)])
+def test_row_block_lines_cover_any_alignment(moe, rows, row_bytes):
+    """A block of rows x row_bytes bytes starting anywhere in a line touches at most
+    cdiv(bytes, 128) + 1 lines; the prefetch's LINES is at least that, a power of two."""
+    lines = moe.row_block_lines(rows, row_bytes)
+    worst = max(len({(start + b) // 128 for b in range(rows * row_bytes)}) for start in range(128))
+    assert lines >= worst and lines & (lines - 1) == 0
+
+
+@pytest.mark.parametrize(
     "gate_up,down,rows,groups",
     [
         ({}, {}, True, 5),  # both take it
@@ -878,6 +917,23 @@ def test_gpu_120b_matches_reference(experts_120b, tokens):
     x, logits = _inputs_120b(tokens, seed=tokens)
     out = moe_mxfp4.moe_mxfp4(x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
     _assert_close_120b(out, _reference(x, logits, experts_120b, TOP_K_120B))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 8])
+def test_gpu_120b_gate_up_prefetch_to_l2(experts_120b, tokens):
+    """PREFETCH_L2 at 120b's shapes (2,880-byte scale blocks, 46 KB word blocks a program): the
+    same bits as without it."""
+    from gossamer.kernels import moe_mxfp4
+
+    x, logits = _inputs_120b(tokens, seed=200 + tokens)
+    args = (x, logits, experts_120b, TOP_K_120B, LIMIT, ALPHA)
+    down = {"down_config": moe_mxfp4.DECODE_FP16_DOWN}
+    out = moe_mxfp4.moe_mxfp4_decode_fp16(*args, **down)
+    for prefetch in (1, 2):
+        gate_up = moe_mxfp4.DECODE_FP16_GATE_UP | {"PREFETCH_L2": prefetch}
+        prefetched = moe_mxfp4.moe_mxfp4_decode_fp16(*args, gate_up_config=gate_up, **down)
+        assert torch.equal(prefetched, out)
 
 
 @pytest.mark.gpu
