@@ -9,7 +9,7 @@
 # decode launches past 3 programs an SM on 32-key tiles: 114 registers, one wave) and without
 # (the switch was removed after this run: 32-key tiles lost on full layers). `... l2` (~6 min):
 # the batch-1 gate_up asking for its rows in L2 as each program starts (moe_mxfp4's
-# GATE_UP_PREFETCH_L2), its tests on the GPU and the fed A/B on both models.
+# GATE_UP_PREFETCH_L2), its tests on the GPU and the fed A/B on 120b (WITH_20B=1: 20b too).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 check() {
@@ -41,8 +41,8 @@ l2() {  # gate_up's rows asked into L2 as each program starts (PREFETCH_L2 1: sc
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
     TAILN=4 step tests 120 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py -k "prefetch_to_l2 or row_block_lines" -rfE
     local AB="benchmarks/fusion_ab.py --interleave --fed --steps 32 --variants defaults,gu_l2_scales,gu_l2_words"
-    TAILN=8 step ab_120b 170 python3 $AB --models gpt-oss-120b --rounds 5 --json $R/ab_120b.json
-    TAILN=8 step ab_20b 120 python3 $AB --models gpt-oss-20b --rounds 3 --json $R/ab_20b.json
+    TAILN=8 step ab_120b 170 python3 $AB --models gpt-oss-120b --rounds 4 --json $R/ab_120b.json
+    [ "${WITH_20B:-0}" = 1 ] && TAILN=8 step ab_20b 120 python3 $AB --models gpt-oss-20b --rounds 3 --json $R/ab_20b.json
 }
 case ${1:-check} in
     check) check ;;
