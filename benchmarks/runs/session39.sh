@@ -39,9 +39,9 @@ keys32() {  # the batch-64 step with unsplit crowded decode launches on 32-key t
 l2() {  # gate_up's rows asked into L2 as each program starts (PREFETCH_L2 1: scales, 2: and words)
     R=/tmp/s39l2; . benchmarks/runs/step.sh
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
-    TAILN=4 step tests 120 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py -k "prefetch_to_l2 or row_block_lines" -rfE
     local AB="benchmarks/fusion_ab.py --interleave --fed --steps 32 --variants defaults,gu_l2_scales,gu_l2_words"
     TAILN=8 step ab_120b 170 python3 $AB --models gpt-oss-120b --rounds 4 --json $R/ab_120b.json
+    TAILN=4 step tests 120 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_moe_mxfp4.py -k "prefetch_to_l2 or row_block_lines" -rfE
     [ "${WITH_20B:-0}" = 1 ] && TAILN=8 step ab_20b 120 python3 $AB --models gpt-oss-20b --rounds 3 --json $R/ab_20b.json
 }
 case ${1:-check} in
