@@ -266,17 +266,19 @@ def test_fp16_whole_steps_give_the_same_bits(moe, hidden, inter, tokens, unroll,
 
 
 @pytest.mark.parametrize(
-    "tokens,prefetch,early,unroll", [(1, 1, 0, 0), (3, 2, 0, 2), (2, 2, 1, 1), (1, 2, 0, 0)]
+    "tokens,prefetch,early,unroll,pairs",
+    [(1, 1, 0, 0, 32), (3, 2, 0, 2, 32), (2, 2, 1, 1, 32), (1, 2, 0, 0, 64), (3, 1, 1, 2, 64)],
 )
-def test_fp16_gate_up_prefetch_to_l2_changes_no_bit(moe, tokens, prefetch, early, unroll):
+def test_fp16_gate_up_prefetch_to_l2_changes_no_bit(moe, tokens, prefetch, early, unroll, pairs):
     """gate_up's PREFETCH_L2 (its rows' scales, or scales and words, asked into L2 as a program
-    starts; skipped by the interpreter) only adds hints: the same bits, with the last program's
-    rows past the end (intermediate 96 in blocks of 32 pairs: 64 of 192 rows), the expert known
-    before or after the PDL wait, and both loop forms."""
+    starts; skipped by the interpreter) only adds hints: the same bits, with every row real
+    (intermediate 96 in blocks of 32 pairs: the whole-step loop) or the last program's rows past
+    the end (blocks of 64: its block clamped to the expert's 192 rows; the masked loop), and the
+    expert known before or after the PDL wait."""
     experts = _fp16_lanes(_experts(8, 160, 96, seed=63))
     x, logits = _inputs(tokens, 160, 8, seed=64 + tokens)
     config = {name: dict(c) for name, c in TINY_FP16.items()}
-    config["gate_up_config"] |= {"EARLY": early, "WHOLE_STEPS": unroll}
+    config["gate_up_config"] |= {"EARLY": early, "WHOLE_STEPS": unroll, "BLOCK_PAIRS": pairs}
     out = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
     config["gate_up_config"]["PREFETCH_L2"] = prefetch
     prefetched = moe.moe_mxfp4_decode_fp16(x, logits, experts, 4, LIMIT, ALPHA, **config)
