@@ -299,12 +299,9 @@ def tiles() -> None:
                        "WHOLE_STEPS": moe._whole_steps(config, True, groups),
                        "NUM_STAGES": config.get("NUM_STAGES", 0)}  # fmt: skip
             if kind == "gate_up":
-                changes |= {"SCALES_T": config.get("SCALES_T", 0)}
-                if config.get("PREFETCH_L2", 0):
-                    rows = 2 * config["BLOCK_PAIRS"]
-                    changes |= {"PREFETCH_L2": config["PREFETCH_L2"],
-                                "SCALE_LINES": moe.row_block_lines(rows, groups),
-                                "WORD_LINES": moe.row_block_lines(rows, groups * 16)}  # fmt: skip
+                changes |= {"SCALES_T": config.get("SCALES_T", 0),
+                            "PREFETCH_L2": config.get("PREFETCH_L2", 0),
+                            **moe.prefetch_lines(config, groups)}  # fmt: skip
                 compiled, weights = fp16_gate_up(changes, config)
                 grid = 4 * INTER // config["BLOCK_PAIRS"]
             else:

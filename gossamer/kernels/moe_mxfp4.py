@@ -1430,6 +1430,17 @@ def row_block_lines(rows: int, row_bytes: int) -> int:
     return triton.next_power_of_2(triton.cdiv(rows * row_bytes, 128) + 1)
 
 
+def prefetch_lines(config: dict[str, int], groups: int) -> dict[str, int]:
+    """gate_up's SCALE_LINES and WORD_LINES for `config` over rows of `groups` scale groups
+    ({} without PREFETCH_L2): a program's 2 * BLOCK_PAIRS rows of scales (a byte a group) and of
+    words (16 bytes a group)."""
+    if not config.get("PREFETCH_L2", 0):
+        return {}
+    rows = 2 * config["BLOCK_PAIRS"]
+    return {"SCALE_LINES": row_block_lines(rows, groups),
+            "WORD_LINES": row_block_lines(rows, groups * 16)}  # fmt: skip
+
+
 @triton.jit
 def _gate_up_step(
     acc_gate, acc_up, gate_words, up_words, gate_s_ptrs, x_ptrs, g0, g_lo, g_hi, j_ok, kw, step,
@@ -1891,10 +1902,7 @@ def _fp16_gate_up(
         config = config | {"EARLY": 0}
     whole = inter % config["BLOCK_PAIRS"] == 0
     config = config | {"WHOLE_STEPS": _whole_steps(config, whole, x_h.shape[1] // MXFP4_GROUP)}
-    if config.get("PREFETCH_L2", 0):
-        rows, groups = 2 * config["BLOCK_PAIRS"], x_h.shape[1] // MXFP4_GROUP
-        config = config | {"SCALE_LINES": row_block_lines(rows, groups),
-                           "WORD_LINES": row_block_lines(rows, groups * 16)}  # fmt: skip
+    config = config | prefetch_lines(config, x_h.shape[1] // MXFP4_GROUP)
     act = torch.empty(num_pairs, inter, dtype=torch.float16, device=x_h.device)
     part = None
     if split_k > 1:
